@@ -1,0 +1,74 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#pragma once
+
+#include <asyncmr/detail/pool_resource_base.hpp>
+
+#include <cuda/memory_resource>
+
+#include <optional>
+#include <vector>
+
+namespace asyncmr {
+
+/// @brief Construction options of `async_managed_memory_resource`.
+struct managed_resource_options {
+  std::optional<int> device{};                        ///< unset: the current device
+  pool_source source{pool_source::default_pool};      ///< which pool
+  std::optional<location> where{};                    ///< unset: `location::device(device)`
+  std::optional<std::uint64_t> release_threshold{};   ///< bytes; see the constructor
+  std::optional<std::vector<int>> accessible_from{};  ///< host-located pools; unset = all devices
+};
+
+/**
+ * @brief Stream-ordered managed (unified) memory from a CUDA 13 managed memory pool.
+ *
+ * Memory is usable from the host and from every device that supports concurrent managed
+ * access. Host code may touch a block only after the allocating stream reached the allocation.
+ */
+class async_managed_memory_resource final : public detail::pool_resource_base {
+ public:
+  /**
+   * @brief Obtains the pool `options` name (default: the device's default managed pool).
+   *
+   * Process-wide effect: if the pool is shared (default or current) and its release threshold
+   * is 0, it is raised to the maximum so the pool keeps memory across synchronizations; a
+   * non-zero threshold set by someone else is kept. An explicit `release_threshold` (0 too) is
+   * applied exactly. Owned pools get `release_threshold`, else the maximum. Host-located pools
+   * get read-write access for `accessible_from` (every visible device by default).
+   *
+   * @throws unsupported_error in a CUDA 12 build, or on devices without concurrent managed
+   * access; `no_device_error` without a usable CUDA device.
+   */
+  explicit async_managed_memory_resource(managed_resource_options const& options = {});
+  /// @brief Allocates from `pool` (adopted, never destroyed by the resource unless it owns it).
+  explicit async_managed_memory_resource(mem_pool pool,
+                                         managed_resource_options const& options = {});
+
+  /// @brief The device the resource was made for.
+  [[nodiscard]] int device() const noexcept { return device_; }
+
+  [[nodiscard]] bool operator==(async_managed_memory_resource const& other) const noexcept
+  {
+    return same_pool(other);
+  }
+
+  friend void get_property(async_managed_memory_resource const&,
+                           cuda::mr::device_accessible) noexcept
+  {
+  }
+  friend void get_property(async_managed_memory_resource const&, cuda::mr::host_accessible) noexcept
+  {
+  }
+
+ private:
+  int device_{};
+};
+
+static_assert(cuda::mr::resource<async_managed_memory_resource>);
+static_assert(cuda::mr::synchronous_resource<async_managed_memory_resource>);
+static_assert(cuda::mr::resource_with<async_managed_memory_resource, cuda::mr::device_accessible>);
+static_assert(cuda::mr::resource_with<async_managed_memory_resource, cuda::mr::host_accessible>);
+
+}  // namespace asyncmr

@@ -1,0 +1,62 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#pragma once
+
+#include <asyncmr/detail/pool_resource_base.hpp>
+
+#include <cuda/memory_resource>
+
+#include <optional>
+#include <vector>
+
+namespace asyncmr {
+
+/// @brief Construction options of `async_pinned_memory_resource`.
+struct pinned_resource_options {
+  pool_source source{pool_source::default_pool};      ///< which pool
+  std::optional<int> numa_node{};                     ///< unset: any host memory
+  std::optional<std::uint64_t> release_threshold{};   ///< bytes; see the constructor
+  std::optional<std::vector<int>> accessible_from{};  ///< unset: every visible device
+};
+
+/**
+ * @brief Stream-ordered pinned (page-locked) host memory from a host memory pool (CUDA 12.6+).
+ *
+ * Host pools start with no device access; this resource grants read-write access to
+ * `accessible_from` (every visible device by default) so kernels can use the memory. Host code
+ * may touch a block only after the allocating stream reached the allocation.
+ */
+class async_pinned_memory_resource final : public detail::pool_resource_base {
+ public:
+  /**
+   * @brief Obtains the pool `options` name (default: the CUDA 13 default host pinned pool;
+   * a build against CUDA 12.6-12.9 has no default host pool and needs `pool_source::owned`).
+   *
+   * Process-wide effects on shared pools: access grants, and the release threshold policy of
+   * `async_managed_memory_resource`.
+   */
+  explicit async_pinned_memory_resource(pinned_resource_options const& options = {});
+  /// @brief Allocates from `pool`, a host pool the caller made (not destroyed unless owned).
+  explicit async_pinned_memory_resource(mem_pool pool,
+                                        pinned_resource_options const& options = {});
+
+  [[nodiscard]] bool operator==(async_pinned_memory_resource const& other) const noexcept
+  {
+    return same_pool(other);
+  }
+
+  friend void get_property(async_pinned_memory_resource const&, cuda::mr::device_accessible) noexcept
+  {
+  }
+  friend void get_property(async_pinned_memory_resource const&, cuda::mr::host_accessible) noexcept
+  {
+  }
+};
+
+static_assert(cuda::mr::resource<async_pinned_memory_resource>);
+static_assert(cuda::mr::synchronous_resource<async_pinned_memory_resource>);
+static_assert(cuda::mr::resource_with<async_pinned_memory_resource, cuda::mr::device_accessible>);
+static_assert(cuda::mr::resource_with<async_pinned_memory_resource, cuda::mr::host_accessible>);
+
+}  // namespace asyncmr

@@ -1,0 +1,37 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+namespace asyncmr::detail {
+
+/**
+ * @brief Puts the calling thread in relaxed stream-capture mode for its lifetime.
+ *
+ * Pool attribute, trim, access and routing calls are "unsafe" in the capture sense: while any
+ * stream captures in global mode (or this thread captures in thread-local mode) the driver
+ * refuses them AND invalidates the capture. In relaxed mode the same calls succeed and the
+ * capture stays valid (measured on the H200, ../shared/FACTS.md). Every call in asyncmr that
+ * touches a pool outside allocate/deallocate runs under one of these guards.
+ */
+class relaxed_capture_guard {
+ public:
+  relaxed_capture_guard() noexcept
+  {
+    // Cannot fail for a valid enum value; the previous mode comes back through `mode_`.
+    cudaThreadExchangeStreamCaptureMode(&mode_);
+  }
+  ~relaxed_capture_guard() noexcept { cudaThreadExchangeStreamCaptureMode(&mode_); }
+
+  relaxed_capture_guard(relaxed_capture_guard const&)            = delete;
+  relaxed_capture_guard& operator=(relaxed_capture_guard const&) = delete;
+  relaxed_capture_guard(relaxed_capture_guard&&)                 = delete;
+  relaxed_capture_guard& operator=(relaxed_capture_guard&&)      = delete;
+
+ private:
+  cudaStreamCaptureMode mode_{cudaStreamCaptureModeRelaxed};
+};
+
+}  // namespace asyncmr::detail

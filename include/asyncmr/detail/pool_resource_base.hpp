@@ -1,0 +1,97 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#pragma once
+
+#include <asyncmr/mem_pool.hpp>
+
+#include <rmm/aligned.hpp>
+
+#include <cuda/stream>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace asyncmr {
+
+/// @brief Which pool a resource allocates from.
+enum class pool_source : int {
+  default_pool,  ///< the CUDA 13 default pool of the location and type (shared, process-wide)
+  current,       ///< the current pool of the location and type (shared, process-wide)
+  owned,         ///< a new pool made for, and destroyed with, the resource
+};
+
+namespace detail {
+
+/// @brief Everything a resource constructor decides about its pool.
+struct pool_request {
+  allocation_type type;
+  location where;
+  pool_source source{pool_source::default_pool};
+  /// Unset: shared pools with threshold 0 are raised to the maximum, owned pools get the
+  /// maximum. Set: applied exactly, whatever the pool.
+  std::optional<std::uint64_t> release_threshold{};
+  /// Devices to grant read-write access to; unset = every visible device. Only host pools.
+  std::optional<std::vector<int>> accessible_from{};
+  int device{0};  ///< device the capability checks are made for
+};
+
+/// @brief Obtains the pool `request` describes and applies the threshold and access policy.
+[[nodiscard]] mem_pool acquire_pool(pool_request const& request);
+
+/**
+ * @brief Applies the policy to a pool the caller handed in (adopted): the threshold only when
+ * given, and access grants for host pools.
+ */
+void configure_adopted_pool(mem_pool& pool,
+                            std::optional<std::uint64_t> release_threshold,
+                            std::optional<std::vector<int>> const& accessible_from,
+                            bool host_pool);
+
+/**
+ * @brief What the three resources share: stream-ordered allocation from one `mem_pool`
+ * (`cudaMallocFromPoolAsync` / `cudaFreeAsync`), and the pool itself.
+ */
+class pool_resource_base {
+ public:
+  /**
+   * @brief Allocates `bytes` bytes in stream order on `stream`. Zero bytes returns nullptr.
+   * @throws rmm::out_of_memory when the pool cannot grow; `unsupported_error` when CUDA refuses
+   * the allocation inside a stream capture (host pools); `pool_closed_error` after close.
+   */
+  [[nodiscard]] void* allocate(cuda::stream_ref stream,
+                               std::size_t bytes,
+                               std::size_t alignment = rmm::CUDA_ALLOCATION_ALIGNMENT);
+  /// @brief Frees `ptr` in stream order on `stream`.
+  void deallocate(cuda::stream_ref stream,
+                  void* ptr,
+                  std::size_t bytes,
+                  std::size_t alignment = rmm::CUDA_ALLOCATION_ALIGNMENT) noexcept;
+  /// @brief Allocates and waits until the memory is usable from the host and any stream.
+  [[nodiscard]] void* allocate_sync(std::size_t bytes,
+                                    std::size_t alignment = rmm::CUDA_ALLOCATION_ALIGNMENT);
+  /// @brief Frees memory no stream still uses.
+  void deallocate_sync(void* ptr,
+                       std::size_t bytes,
+                       std::size_t alignment = rmm::CUDA_ALLOCATION_ALIGNMENT) noexcept;
+
+  /// @brief The pool this resource allocates from.
+  [[nodiscard]] mem_pool const& pool() const noexcept { return pool_; }
+  /// @brief The pool's driver handle.
+  [[nodiscard]] cudaMemPool_t pool_handle() const { return pool_.handle(); }
+
+ protected:
+  explicit pool_resource_base(mem_pool pool) noexcept : pool_{std::move(pool)} {}
+  [[nodiscard]] bool same_pool(pool_resource_base const& other) const noexcept
+  {
+    return pool_ == other.pool_;
+  }
+
+ private:
+  mem_pool pool_;
+};
+
+}  // namespace detail
+}  // namespace asyncmr

@@ -1,0 +1,90 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#pragma once
+
+/**
+ * @file location.hpp
+ * @brief Where a pool's memory lives, and what kind of memory it hands out.
+ */
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+namespace asyncmr {
+
+/// @brief The kind of a memory location (mirrors `cudaMemLocationType`).
+enum class location_kind : int {
+  none,               ///< no preferred location (managed pools only)
+  device,             ///< a device; `id` is its ordinal
+  host,               ///< host memory, any NUMA node
+  host_numa,          ///< host memory on NUMA node `id`
+  host_numa_current,  ///< host memory on the NUMA node closest to the calling thread
+};
+
+/// @brief A memory location: a kind and, for devices and NUMA nodes, an id.
+struct location {
+  location_kind kind{location_kind::none};
+  int id{0};
+
+  [[nodiscard]] static constexpr location device(int ordinal) noexcept
+  {
+    return {location_kind::device, ordinal};
+  }
+  [[nodiscard]] static constexpr location host() noexcept { return {location_kind::host, 0}; }
+  [[nodiscard]] static constexpr location host_numa(int node) noexcept
+  {
+    return {location_kind::host_numa, node};
+  }
+  [[nodiscard]] static constexpr location host_numa_current() noexcept
+  {
+    return {location_kind::host_numa_current, 0};
+  }
+  [[nodiscard]] static constexpr location none() noexcept { return {location_kind::none, 0}; }
+
+  /// @brief True for the host kinds (host, host_numa, host_numa_current).
+  [[nodiscard]] constexpr bool is_host() const noexcept
+  {
+    return kind == location_kind::host || kind == location_kind::host_numa ||
+           kind == location_kind::host_numa_current;
+  }
+
+  [[nodiscard]] constexpr bool operator==(location const& other) const noexcept
+  {
+    // The id means nothing for host, host_numa_current and none.
+    bool const id_matters = kind == location_kind::device || kind == location_kind::host_numa;
+    return kind == other.kind && (!id_matters || id == other.id);
+  }
+
+  /// @brief The driver's spelling of this location.
+  [[nodiscard]] cudaMemLocation to_cuda() const noexcept;
+  /// @brief The location a driver value describes.
+  [[nodiscard]] static location from_cuda(cudaMemLocation const& loc) noexcept;
+  /// @brief "device(0)", "host", "host_numa(1)", ...
+  [[nodiscard]] std::string to_string() const;
+};
+
+/**
+ * @brief What a pool hands out.
+ *
+ * `device` and `pinned` are both `cudaMemAllocationTypePinned` to the driver; they differ by
+ * location (a device, or the host). `managed` is `cudaMemAllocationTypeManaged` (CUDA 13).
+ */
+enum class allocation_type : int { device, pinned, managed };
+
+/// @brief "device", "pinned" or "managed".
+[[nodiscard]] char const* to_string(allocation_type type) noexcept;
+
+namespace detail {
+/// @brief The driver's allocation type for `type`.
+[[nodiscard]] cudaMemAllocationType to_cuda(allocation_type type);
+/**
+ * @brief Throws `std::invalid_argument` if the driver is known to refuse `type` at `loc`
+ * (device memory off a device, pinned memory on a device or nowhere). `for_create` adds the
+ * combinations only pool creation refuses (host_numa_current).
+ */
+void validate_combination(location const& loc, allocation_type type, bool for_create);
+}  // namespace detail
+
+}  // namespace asyncmr

@@ -1,0 +1,156 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#pragma once
+
+/**
+ * @file mem_pool.hpp
+ * @brief `asyncmr::mem_pool`: a CUDA memory pool, owned or viewed, with its attribute, trim,
+ * access and routing surface. Every call except allocation runs in relaxed capture mode, so it
+ * is safe while another stream is being captured into a CUDA graph.
+ */
+
+#include <asyncmr/location.hpp>
+#include <asyncmr/pool_attributes.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace asyncmr {
+
+/// @brief Access a device has to a pool's memory (mirrors `cudaMemAccessFlags`).
+enum class access_mode : int { none, read, read_write };
+
+/// @brief Properties of a pool made by `mem_pool::create`.
+struct pool_properties {
+  allocation_type type{allocation_type::device};  ///< what the pool hands out
+  location where{location::device(0)};             ///< where its memory lives
+  std::size_t max_size{0};  ///< upper bound on the pool's reserved bytes; 0 = driver's default
+  /// `cudaMemAllocationHandleType` bits the pool's memory can be exported with; 0 = none.
+  int export_handle_types{0};
+  /// Release threshold in bytes; unset = the maximum (the pool keeps what it reserved).
+  std::optional<std::uint64_t> release_threshold{};
+};
+
+namespace detail {
+struct pool_state;
+}
+
+/**
+ * @brief A handle to a CUDA memory pool: a cheap, copyable, shared reference.
+ *
+ * An owned pool (from `create`, or `from_handle(h, true)`) is destroyed when the last copy goes
+ * away or at `close()`; a view (default, current, adopted) is never destroyed by asyncmr.
+ * Outstanding allocations keep an owned pool's memory alive in the driver after destruction.
+ *
+ * Shared pools (default and current) are process-wide: changing their attributes or access
+ * affects every user of that pool in the process.
+ */
+class mem_pool {
+ public:
+  /// @brief The CUDA 13 default pool of `type` at `where` (`cudaMemGetDefaultMemPool`); for
+  /// device memory in a CUDA 12 build, `cudaDeviceGetDefaultMemPool`. A view.
+  [[nodiscard]] static mem_pool default_pool(location where, allocation_type type);
+  /// @brief The current pool of `type` at `where` (`cudaMemGetMemPool`): the default pool
+  /// unless someone called `cudaMemSetMemPool`. A view.
+  [[nodiscard]] static mem_pool current(location where, allocation_type type);
+  /// @brief A new pool owned by the returned object (`cudaMemPoolCreate`).
+  [[nodiscard]] static mem_pool create(pool_properties const& props);
+  /**
+   * @brief Adopts an existing pool handle. `owned` hands destruction to asyncmr. `where` and
+   * `type`, when known, make `location()`, `type()` and `make_current()` work on drivers that
+   * cannot be asked (older than 13.2).
+   */
+  [[nodiscard]] static mem_pool from_handle(cudaMemPool_t handle,
+                                            bool owned                      = false,
+                                            std::optional<location> where   = {},
+                                            std::optional<allocation_type> type = {});
+
+  /// @brief The driver handle. Throws `pool_closed_error` after `close()`.
+  [[nodiscard]] cudaMemPool_t handle() const;
+  /// @brief The driver handle, or nullptr after `close()`; never throws (allocation fast path).
+  [[nodiscard]] cudaMemPool_t handle_or_null() const noexcept;
+  /// @brief True if asyncmr destroys this pool.
+  [[nodiscard]] bool owned() const noexcept;
+  /// @brief True once `close()` ran.
+  [[nodiscard]] bool closed() const noexcept;
+  /// @brief Where the memory lives, if known (always, except for adopted handles on old drivers).
+  [[nodiscard]] std::optional<location> where() const;
+  /// @brief What the pool hands out, if known (as for `where`).
+  [[nodiscard]] std::optional<allocation_type> type() const;
+  /// @brief Creation properties, for pools asyncmr created.
+  [[nodiscard]] std::optional<pool_properties> properties() const;
+
+  /**
+   * @brief Reads an attribute as a 64-bit value (booleans as 0/1).
+   *
+   * The CUDA 13.2 attributes, on an older driver, are answered from what asyncmr knows without
+   * asking: location and allocation type of any pool it obtained by location; max size, export
+   * handle types and decompression of pools it created. Otherwise `unsupported_error` names the
+   * driver version needed.
+   */
+  [[nodiscard]] std::uint64_t get_attribute(pool_attribute attribute) const;
+  /**
+   * @brief Writes an attribute. Read-only attributes throw `std::invalid_argument`; the
+   * watermarks accept only 0 (a reset) and throw `std::invalid_argument` for anything else.
+   * Nothing is changed when it throws.
+   */
+  void set_attribute(pool_attribute attribute, std::uint64_t value);
+
+  /// @brief Typed read of attribute `A`.
+  template <pool_attribute A>
+  [[nodiscard]] attribute_value_t<A> get() const
+  {
+    return static_cast<attribute_value_t<A>>(get_attribute(A));
+  }
+  /// @brief Typed write of attribute `A`.
+  template <pool_attribute A>
+  void set(attribute_value_t<A> value)
+  {
+    static_assert(info(A).access != attribute_access::read_only, "attribute is read-only");
+    set_attribute(A, static_cast<std::uint64_t>(value));
+  }
+
+  /// @brief Resets both high-water marks (used and reserved) to the current values.
+  void reset_peaks();
+
+  /**
+   * @brief Releases reserved memory the pool is not using, keeping at least
+   * `min_bytes_to_keep` bytes reserved (`cudaMemPoolTrimTo`). Frees still pending on streams
+   * are not yet unused: synchronize first to trim them too.
+   */
+  void trim_to(std::size_t min_bytes_to_keep = 0);
+
+  /// @brief Grants `mode` access to the pool's memory to each device in `devices`.
+  void set_access(std::vector<int> const& devices, access_mode mode);
+  /// @brief The access `device` has to the pool's memory.
+  [[nodiscard]] access_mode access(int device) const;
+
+  /**
+   * @brief Makes this pool the current pool of its location and type (`cudaMemSetMemPool`),
+   * for the whole process: every later `cudaMallocAsync` / `cudaMemGetMemPool` for that
+   * location and type, in any library, uses it. Returns the pool that was current.
+   */
+  mem_pool make_current() const;
+
+  /**
+   * @brief Destroys an owned pool now (a view just stops being usable). Idempotent. Live
+   * allocations stay valid until freed; every later use of this pool through any copy throws
+   * `pool_closed_error`.
+   */
+  void close();
+
+  /// @brief Same driver pool.
+  [[nodiscard]] bool operator==(mem_pool const& other) const noexcept;
+
+ private:
+  explicit mem_pool(std::shared_ptr<detail::pool_state> state) noexcept;
+  std::shared_ptr<detail::pool_state> state_;
+};
+
+}  // namespace asyncmr

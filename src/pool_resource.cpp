@@ -1,0 +1,253 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include <asyncmr/async_device_memory_resource.hpp>
+#include <asyncmr/async_managed_memory_resource.hpp>
+#include <asyncmr/async_pinned_memory_resource.hpp>
+#include <asyncmr/capability.hpp>
+#include <asyncmr/error.hpp>
+
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+namespace asyncmr {
+namespace detail {
+namespace {
+
+std::vector<int> all_devices()
+{
+  std::vector<int> devices(static_cast<std::size_t>(require_cuda()));
+  std::iota(devices.begin(), devices.end(), 0);
+  return devices;
+}
+
+void apply_shared_threshold_policy(mem_pool& pool, std::optional<std::uint64_t> threshold)
+{
+  if (threshold) {
+    pool.set<pool_attribute::release_threshold>(*threshold);
+  } else if (pool.get<pool_attribute::release_threshold>() == 0) {
+    pool.set<pool_attribute::release_threshold>(std::numeric_limits<std::uint64_t>::max());
+  }
+}
+
+void grant_access(mem_pool& pool, std::optional<std::vector<int>> const& accessible_from)
+{
+  pool.set_access(accessible_from ? *accessible_from : all_devices(), access_mode::read_write);
+}
+
+int resolve_device(std::optional<int> device)
+{
+  if (device) {
+    require_device(*device);
+    return *device;
+  }
+  return current_device();
+}
+
+void require_type(mem_pool const& pool, allocation_type expected, char const* resource)
+{
+  auto const t = pool.type();
+  if (t && *t != expected) {
+    throw std::invalid_argument{std::string{"asyncmr: "} + resource + " needs a " +
+                                to_string(expected) + " pool; this pool hands out " +
+                                to_string(*t) + " memory"};
+  }
+}
+
+}  // namespace
+
+mem_pool acquire_pool(pool_request const& request)
+{
+  mem_pool pool = [&] {
+    switch (request.source) {
+      case pool_source::current: return mem_pool::current(request.where, request.type);
+      case pool_source::owned:
+        return mem_pool::create(pool_properties{.type              = request.type,
+                                                .where             = request.where,
+                                                .release_threshold = request.release_threshold});
+      case pool_source::default_pool: break;
+    }
+    return mem_pool::default_pool(request.where, request.type);
+  }();
+  if (request.source != pool_source::owned) {
+    apply_shared_threshold_policy(pool, request.release_threshold);
+  }
+  if (request.where.is_host()) { grant_access(pool, request.accessible_from); }
+  return pool;
+}
+
+void configure_adopted_pool(mem_pool& pool,
+                            std::optional<std::uint64_t> release_threshold,
+                            std::optional<std::vector<int>> const& accessible_from,
+                            bool host_pool)
+{
+  if (release_threshold) { pool.set<pool_attribute::release_threshold>(*release_threshold); }
+  if (host_pool) { grant_access(pool, accessible_from); }
+}
+
+// ---- allocation -------------------------------------------------------------------------
+
+namespace {
+
+[[noreturn]] void throw_allocation_error(cudaError_t error,
+                                         std::size_t bytes,
+                                         cudaStream_t stream,
+                                         mem_pool const& pool)
+{
+  cudaGetLastError();
+  auto const w = pool.where();
+  auto const t = pool.type();
+  std::string const what = std::to_string(bytes) + " bytes of " +
+                           (t ? to_string(*t) : "pool") + " memory" +
+                           (w ? " at " + w->to_string() : std::string{});
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (error != cudaErrorMemoryAllocation &&
+      cudaStreamIsCapturing(stream, &status) == cudaSuccess &&
+      status == cudaStreamCaptureStatusActive) {
+    throw unsupported_error{
+      "asyncmr: cannot allocate " + what + " inside a stream capture: CUDA refuses it (" +
+      cudaGetErrorName(error) +
+      "). Graph allocation nodes exist only for device and managed@device pools; allocate "
+      "before beginning the capture. The capture is still valid."};
+  }
+  cudaGetLastError();
+  if (error == cudaErrorMemoryAllocation) {
+    throw rmm::out_of_memory{"asyncmr: out of memory allocating " + what +
+                             " (cudaMallocFromPoolAsync: cudaErrorMemoryAllocation)"};
+  }
+  throw_cuda_error(error, ("cudaMallocFromPoolAsync(" + what + ")").c_str());
+}
+
+}  // namespace
+
+void* pool_resource_base::allocate(cuda::stream_ref stream, std::size_t bytes, std::size_t alignment)
+{
+  if (alignment > rmm::CUDA_ALLOCATION_ALIGNMENT || !rmm::is_pow2(alignment)) {
+    throw std::invalid_argument{"asyncmr: alignment " + std::to_string(alignment) +
+                                " is not a power of two <= 256"};
+  }
+  if (bytes == 0) { return nullptr; }
+  cudaMemPool_t const h = pool_.handle_or_null();
+  if (h == nullptr) {
+    throw pool_closed_error{"asyncmr: allocating from a memory pool that was closed"};
+  }
+  void* ptr          = nullptr;
+  auto const status  = cudaMallocFromPoolAsync(&ptr, bytes, h, stream.get());
+  if (status != cudaSuccess) { throw_allocation_error(status, bytes, stream.get(), pool_); }
+  return ptr;
+}
+
+void pool_resource_base::deallocate(cuda::stream_ref stream,
+                                    void* ptr,
+                                    std::size_t,
+                                    std::size_t) noexcept
+{
+  if (ptr == nullptr) { return; }
+  if (cudaFreeAsync(ptr, stream.get()) != cudaSuccess) { cudaGetLastError(); }
+}
+
+void* pool_resource_base::allocate_sync(std::size_t bytes, std::size_t alignment)
+{
+  void* ptr = allocate(cuda::stream_ref{cudaStreamPerThread}, bytes, alignment);
+  ASYNCMR_CUDA_TRY(cudaStreamSynchronize(cudaStreamPerThread));
+  return ptr;
+}
+
+void pool_resource_base::deallocate_sync(void* ptr, std::size_t bytes, std::size_t alignment) noexcept
+{
+  deallocate(cuda::stream_ref{cudaStreamPerThread}, ptr, bytes, alignment);
+}
+
+}  // namespace detail
+
+// ---- the three resources ----------------------------------------------------------------
+
+namespace {
+
+location managed_location(managed_resource_options const& o, int device)
+{
+  return o.where.value_or(location::device(device));
+}
+
+}  // namespace
+
+async_managed_memory_resource::async_managed_memory_resource(managed_resource_options const& o)
+  : pool_resource_base{[&] {
+      int const device = detail::resolve_device(o.device);
+      return detail::acquire_pool({.type              = allocation_type::managed,
+                                   .where             = managed_location(o, device),
+                                   .source            = o.source,
+                                   .release_threshold = o.release_threshold,
+                                   .accessible_from   = o.accessible_from,
+                                   .device            = device});
+    }()},
+    device_{o.device.value_or(current_device())}
+{
+}
+
+async_managed_memory_resource::async_managed_memory_resource(mem_pool pool,
+                                                             managed_resource_options const& o)
+  : pool_resource_base{[&] {
+      detail::require_type(pool, allocation_type::managed, "AsyncManagedMR");
+      auto const w = pool.where();
+      detail::configure_adopted_pool(
+        pool, o.release_threshold, o.accessible_from, w && w->is_host());
+      return pool;
+    }()},
+    device_{detail::resolve_device(o.device)}
+{
+}
+
+async_pinned_memory_resource::async_pinned_memory_resource(pinned_resource_options const& o)
+  : pool_resource_base{[&] {
+      auto const where = o.numa_node ? location::host_numa(*o.numa_node) : location::host();
+      return detail::acquire_pool({.type              = allocation_type::pinned,
+                                   .where             = where,
+                                   .source            = o.source,
+                                   .release_threshold = o.release_threshold,
+                                   .accessible_from   = o.accessible_from,
+                                   .device            = current_device()});
+    }()}
+{
+}
+
+async_pinned_memory_resource::async_pinned_memory_resource(mem_pool pool,
+                                                           pinned_resource_options const& o)
+  : pool_resource_base{[&] {
+      detail::require_type(pool, allocation_type::pinned, "AsyncPinnedMR");
+      detail::configure_adopted_pool(pool, o.release_threshold, o.accessible_from, true);
+      return pool;
+    }()}
+{
+}
+
+async_device_memory_resource::async_device_memory_resource(device_resource_options const& o)
+  : pool_resource_base{[&] {
+      int const device = detail::resolve_device(o.device);
+      return detail::acquire_pool({.type              = allocation_type::device,
+                                   .where             = location::device(device),
+                                   .source            = o.source,
+                                   .release_threshold = o.release_threshold,
+                                   .device            = device});
+    }()},
+    device_{o.device.value_or(current_device())}
+{
+}
+
+async_device_memory_resource::async_device_memory_resource(mem_pool pool,
+                                                           device_resource_options const& o)
+  : pool_resource_base{[&] {
+      detail::require_type(pool, allocation_type::device, "AsyncDeviceMR");
+      detail::configure_adopted_pool(pool, o.release_threshold, std::nullopt, false);
+      return pool;
+    }()},
+    device_{[&] {
+      auto const w = this->pool().where();
+      return (w && w->kind == location_kind::device) ? w->id : detail::resolve_device(o.device);
+    }()}
+{
+}
+
+}  // namespace asyncmr
