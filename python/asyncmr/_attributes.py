@@ -1,0 +1,181 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Pool attributes as one object per pool, generated from the C++ attribute table."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import NamedTuple
+
+from asyncmr._exceptions import UnsupportedError
+from asyncmr._location import KINDS
+from asyncmr._validate import size
+
+
+class AttributeInfo(NamedTuple):
+    """One row of the attribute table (``include/asyncmr/pool_attributes.hpp``)."""
+
+    index: int
+    name: str
+    cuda_value: int  #: the ``cudaMemPoolAttr`` value
+    kind: str  #: "boolean", "integer" or "bytes"
+    access: str  #: "read_only", "read_write" or "reset_only"
+    min_driver: int  #: first driver version that knows it (13020 = 13.2)
+
+
+_KIND_NAMES = ("boolean", "integer", "bytes")
+_ACCESS_NAMES = ("read_only", "read_write", "reset_only")
+
+# Driver enums some integer attributes hold, spelled out for people.
+_DECODE = {
+    "allocation_type": {1: "pinned", 2: "managed"},
+    "location_type": dict(enumerate(KINDS)),
+}
+
+#: The table, filled by ``install`` when the extension loads.
+TABLE: tuple[AttributeInfo, ...] = ()
+
+
+def _decode(row: AttributeInfo, raw: int):
+    if row.kind == "boolean":
+        return bool(raw)
+    if row.kind == "integer" and raw >= 2**31:
+        raw -= 2**32  # a C int
+    return _DECODE.get(row.name, {}).get(raw, raw)
+
+
+def _encode(row: AttributeInfo, value) -> int:
+    if row.kind == "boolean":
+        if not isinstance(value, bool) and value not in (0, 1):
+            raise TypeError(f"{row.name} must be a bool, got {value!r}")
+        return int(value)
+    return size(row.name, value, optional=False)
+
+
+class PoolAttributes:
+    """The attributes of one memory pool, one property each.
+
+    Read-write: ``release_threshold`` (bytes), ``reuse_follow_event_dependencies``,
+    ``reuse_allow_opportunistic``, ``reuse_allow_internal_dependencies`` (bool).
+    Read-only: ``reserved_mem_current``, ``used_mem_current`` (bytes).
+    Watermarks: ``reserved_mem_high``, ``used_mem_high`` (bytes); setting 0 resets them, any
+    other value raises ValueError. CUDA 13.2 attributes (read-only): ``allocation_type``,
+    ``location_type``, ``location_id``, ``max_pool_size``, ``export_handle_types``,
+    ``hw_decompress_enabled``; on older drivers they are answered from what asyncmr knows about
+    the pool and raise :class:`asyncmr.UnsupportedError` otherwise.
+
+    Every read and write runs in relaxed stream-capture mode: safe while another stream is
+    being captured. Writing a shared (default or current) pool's attributes affects every user
+    of that pool in the process.
+    """
+
+    __slots__ = ("_pool",)
+
+    def __init__(self, pool):
+        self._pool = pool
+
+    def as_dict(self) -> dict:
+        """Every attribute this driver can answer for this pool, by name."""
+        out = {}
+        for row in TABLE:
+            try:
+                out[row.name] = getattr(self, row.name)
+            except UnsupportedError:
+                pass
+        return out
+
+    def __repr__(self) -> str:
+        items = ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items())
+        return f"PoolAttributes({items})"
+
+    @contextlib.contextmanager
+    def scoped(self, **values):
+        """Set attributes for the duration of a ``with`` block, then restore them.
+
+        ``with pool.attributes.scoped(release_threshold=0): ...``
+        """
+        rows = {row.name: row for row in TABLE}
+        for name, value in values.items():
+            row = rows.get(name)
+            if row is None:
+                raise AttributeError(f"unknown pool attribute {name!r}")
+            if row.access != "read_write":
+                raise AttributeError(f"pool attribute {name!r} cannot be scoped: it is {row.access}")
+            _encode(row, value)
+        saved = {name: getattr(self, name) for name in values}
+        try:
+            for name, value in values.items():
+                setattr(self, name, value)
+            yield self
+        finally:
+            for name, value in saved.items():
+                setattr(self, name, value)
+
+
+def _make_property(row: AttributeInfo) -> property:
+    def fget(self):
+        return _decode(row, self._pool._get_attribute(row.index))
+
+    if row.access == "read_only":
+
+        def fset(self, value):
+            raise AttributeError(f"pool attribute {row.name!r} is read-only")
+
+    elif row.access == "reset_only":
+
+        def fset(self, value):
+            if isinstance(value, bool) or value != 0:
+                raise ValueError(
+                    f"pool attribute {row.name!r} is a high-water mark: it can only be reset, "
+                    f"by setting 0 (got {value!r})"
+                )
+            self._pool._set_attribute(row.index, 0)
+
+    else:
+
+        def fset(self, value):
+            self._pool._set_attribute(row.index, _encode(row, value))
+
+    unit = " (bytes)" if row.kind == "bytes" else ""
+    doc = f"``{row.name}``{unit}: {row.access.replace('_', '-')}"
+    if row.min_driver > 13000:
+        doc += f"; driver >= {row.min_driver // 1000}.{row.min_driver % 1000 // 10}"
+    return property(fget, fset, doc=doc)
+
+
+def install(rows) -> None:
+    """Build the table and the properties of PoolAttributes from the C++ table rows."""
+    global TABLE
+    TABLE = tuple(
+        AttributeInfo(i, name, cuda_value, _KIND_NAMES[kind], _ACCESS_NAMES[access], min_driver)
+        for i, (name, cuda_value, kind, access, min_driver) in enumerate(rows)
+    )
+    for row in TABLE:
+        setattr(PoolAttributes, row.name, _make_property(row))
+
+
+class PeakTracker:
+    """Measures one phase's high-water marks: ``with mr.track_peak() as peak: ...``; afterwards
+    ``peak.used`` and ``peak.reserved`` are the phase's peaks in bytes.
+
+    A shared pool's peak counts every user of that pool in the process, not just this code.
+    """
+
+    __slots__ = ("_pool", "used", "reserved")
+
+    def __init__(self, pool):
+        self._pool = pool
+        self.used: int | None = None
+        self.reserved: int | None = None
+
+    def __enter__(self) -> PeakTracker:
+        self._pool.reset_peak()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        attrs = self._pool.attributes
+        self.used = attrs.used_mem_high
+        self.reserved = attrs.reserved_mem_high
+        return False
+
+    def __repr__(self) -> str:
+        return f"PeakTracker(used={self.used}, reserved={self.reserved})"

@@ -1,0 +1,81 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Argument checks made before any CUDA call, so bad input never reaches the driver."""
+
+from __future__ import annotations
+
+from asyncmr._location import _ordinal
+
+UINT64_MAX = 2**64 - 1
+POOL_SOURCES = {"default": 0, "current": 1, "new": 2}
+ACCESS_MODES = {"none": 0, "r": 1, "rw": 2}
+
+
+def size(name: str, value, *, optional: bool = True) -> int | None:
+    """A byte count in [0, 2**64)."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int number of bytes, got {type(value).__name__}")
+    if not 0 <= value <= UINT64_MAX:
+        raise ValueError(f"{name} must be in [0, 2**64), got {value}")
+    return value
+
+
+def device(value) -> int | None:
+    """A device ordinal, or None for the current device."""
+    return None if value is None else _ordinal("device", value)
+
+
+def devices(value) -> tuple[bool, list[int]]:
+    """``accessible_from``: "all", a device ordinal, or an iterable of ordinals.
+
+    Returns (all_devices, ordinals).
+    """
+    if isinstance(value, str):
+        if value != "all":
+            raise ValueError(f"accessible_from must be 'all', a device id or a list of ids, got {value!r}")
+        return True, []
+    if isinstance(value, int) and not isinstance(value, bool):
+        return False, [_ordinal("accessible_from device", value)]
+    try:
+        items = list(value)
+    except TypeError:
+        raise TypeError(
+            "accessible_from must be 'all', a device id or a list of ids, "
+            f"got {type(value).__name__}"
+        ) from None
+    return False, [_ordinal("accessible_from device", d) for d in items]
+
+
+def pool(value):
+    """``pool``: "default", "current", "new", an int handle or a MemPool.
+
+    Returns (source code, handle or MemPool or None).
+    """
+    from asyncmr._core import MemPool
+
+    if isinstance(value, str):
+        try:
+            return POOL_SOURCES[value], None
+        except KeyError:
+            raise ValueError(
+                f"pool must be 'default', 'current', 'new', an int handle or a MemPool, got {value!r}"
+            ) from None
+    if isinstance(value, MemPool):
+        return 0, value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(
+            "pool must be 'default', 'current', 'new', an int handle or a MemPool, "
+            f"got {type(value).__name__}"
+        )
+    if not 0 < value <= UINT64_MAX:
+        raise ValueError(f"pool handle must be a non-zero 64-bit address, got {value}")
+    return 0, value
+
+
+def access_mode(value) -> int:
+    if not isinstance(value, str):
+        raise TypeError(f"access mode must be a str, got {type(value).__name__}")
+    if value not in ACCESS_MODES:
+        raise ValueError(f"access mode must be one of {tuple(ACCESS_MODES)}, got {value!r}")
+    return ACCESS_MODES[value]
