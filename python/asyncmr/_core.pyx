@@ -178,9 +178,7 @@ cdef class MemPool:
         """
         if isinstance(handle, MemPool):
             handle = handle.handle
-        _, h = _validate.pool(handle)
-        if not isinstance(h, int):
-            raise TypeError("handle must be an int")
+        h = _validate.handle(handle)
         loc = None if location is None else check_location(location)
         cdef int t = -1 if allocation_type is None else check_allocation_type(allocation_type)
         return MemPool._wrap(new_adopted_pool(

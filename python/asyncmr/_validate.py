@@ -68,9 +68,16 @@ def pool(value):
             "pool must be 'default', 'current', 'new', an int handle or a MemPool, "
             f"got {type(value).__name__}"
         )
+    return 0, handle(value)
+
+
+def handle(value) -> int:
+    """A ``cudaMemPool_t`` as an int: non-zero, 64-bit."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"pool handle must be an int address, got {type(value).__name__}")
     if not 0 < value <= UINT64_MAX:
         raise ValueError(f"pool handle must be a non-zero 64-bit address, got {value}")
-    return 0, value
+    return value
 
 
 def access_mode(value) -> int:
