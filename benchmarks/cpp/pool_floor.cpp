@@ -1,0 +1,354 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+
+/**
+ * @file pool_floor.cpp
+ * @brief The raw floor of stream-ordered pool allocation, as one JSON object on stdout.
+ *
+ * For each pool asyncmr's resources use (the default managed pool of device 0, the default
+ * pinned host pool, the device's default pool, and an owned pool of each kind) it times
+ * alloc+free pairs on one non-blocking stream two ways, interleaved round by round so drift
+ * hits both equally:
+ *   - "floor":   cudaMallocFromPoolAsync + cudaFreeAsync on the pool handle, nothing else;
+ *   - "via_ref": the same through rmm::device_async_resource_ref over the asyncmr resource,
+ *                which is what RMM (and every RMM user) calls.
+ * Output: {"meta":{...}, "params":{...}, "resources":{pool:resource},
+ *          "floor":{pool:{bytes:{"median_us","p10_us","p90_us"}}}, "via_ref":{...},
+ *          "errors":{pool:message}}; sizes are keys in bytes ("256", "4096", ...).
+ *
+ * Usage: pool_floor [--quick] [--pairs N] [--rounds R] [--warmup W] [--sizes a,b,c]
+ * Exit status: 0 when it measured, 1 without a usable CUDA device (stdout still holds one
+ * JSON object, {"error": ...}), 2 on bad arguments.
+ */
+
+#include <asyncmr/asyncmr.hpp>
+
+#include <rmm/aligned.hpp>
+#include <rmm/resource_ref.hpp>
+
+#include <cuda/stream>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct params {
+  int pairs{2000};   // alloc+free pairs per timed round
+  int rounds{15};    // timed rounds per (pool, size, way)
+  int warmup{500};   // untimed pairs before the rounds
+  std::vector<std::size_t> sizes{256, 4096, 1U << 20, 64U << 20};
+};
+
+/// One pool and the asyncmr resource over it.
+struct subject {
+  std::string key;       // e.g. "managed_default_dev0"
+  std::string resource;  // e.g. "AsyncManagedMR"
+  cudaMemPool_t pool{};
+  std::optional<rmm::device_async_resource_ref> ref{};
+  std::string error{};
+};
+
+struct summary {
+  double median_us;
+  double p10_us;
+  double p90_us;
+};
+
+std::string json_escape(std::string const& s)
+{
+  std::string out;
+  out.reserve(s.size() + 2);
+  for (char const c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+double percentile(std::vector<double> v, double q)
+{
+  std::sort(v.begin(), v.end());
+  double const pos = q * static_cast<double>(v.size() - 1);
+  auto const lo    = static_cast<std::size_t>(pos);
+  auto const hi    = std::min(lo + 1, v.size() - 1);
+  double const f   = pos - static_cast<double>(lo);
+  return v[lo] * (1.0 - f) + v[hi] * f;
+}
+
+summary summarize(std::vector<double> const& v)
+{
+  return {percentile(v, 0.5), percentile(v, 0.1), percentile(v, 0.9)};
+}
+
+std::string cuda_failure(char const* call, cudaError_t e)
+{
+  cudaGetLastError();
+  return std::string{call} + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
+         ")";
+}
+
+/// Microseconds per pair of cudaMallocFromPoolAsync + cudaFreeAsync; throws on a CUDA error.
+double floor_round(cudaMemPool_t pool, std::size_t bytes, cudaStream_t stream, int pairs)
+{
+  auto const t0 = clock_type::now();
+  for (int i = 0; i < pairs; ++i) {
+    void* p            = nullptr;
+    cudaError_t const a = cudaMallocFromPoolAsync(&p, bytes, pool, stream);
+    if (a != cudaSuccess) { throw std::runtime_error{cuda_failure("cudaMallocFromPoolAsync", a)}; }
+    cudaError_t const f = cudaFreeAsync(p, stream);
+    if (f != cudaSuccess) { throw std::runtime_error{cuda_failure("cudaFreeAsync", f)}; }
+  }
+  auto const t1 = clock_type::now();
+  return std::chrono::duration<double, std::micro>(t1 - t0).count() / pairs;
+}
+
+/// The same through RMM's type-erased reference (virtual dispatch into the asyncmr resource).
+double ref_round(rmm::device_async_resource_ref ref,
+                 std::size_t bytes,
+                 cudaStream_t stream,
+                 int pairs)
+{
+  cuda::stream_ref const s{stream};
+  auto const t0 = clock_type::now();
+  for (int i = 0; i < pairs; ++i) {
+    void* p = ref.allocate(s, bytes, rmm::CUDA_ALLOCATION_ALIGNMENT);
+    ref.deallocate(s, p, bytes, rmm::CUDA_ALLOCATION_ALIGNMENT);
+  }
+  auto const t1 = clock_type::now();
+  return std::chrono::duration<double, std::micro>(t1 - t0).count() / pairs;
+}
+
+void sync(cudaStream_t stream)
+{
+  cudaError_t const e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) { throw std::runtime_error{cuda_failure("cudaStreamSynchronize", e)}; }
+}
+
+template <class Resource, class Options>
+void add_subject(std::vector<subject>& out,
+                 std::vector<std::shared_ptr<void>>& keep_alive,
+                 std::string key,
+                 std::string resource,
+                 Options const& options)
+{
+  subject s{std::move(key), std::move(resource)};
+  try {
+    auto r = std::make_shared<Resource>(options);
+    s.pool = r->pool_handle();
+    s.ref.emplace(*r);
+    keep_alive.push_back(std::move(r));
+  } catch (std::exception const& e) {
+    s.error = e.what();
+  }
+  out.push_back(std::move(s));
+}
+
+bool parse_args(int argc, char** argv, params& p)
+{
+  for (int i = 1; i < argc; ++i) {
+    std::string const a = argv[i];
+    auto next_int       = [&](int& dst) {
+      if (i + 1 >= argc) { return false; }
+      dst = std::atoi(argv[++i]);
+      return dst > 0;
+    };
+    if (a == "--quick") {
+      p.pairs  = 1000;
+      p.rounds = 7;
+      p.warmup = 200;
+    } else if (a == "--pairs") {
+      if (!next_int(p.pairs)) { return false; }
+    } else if (a == "--rounds") {
+      if (!next_int(p.rounds)) { return false; }
+    } else if (a == "--warmup") {
+      if (!next_int(p.warmup)) { return false; }
+    } else if (a == "--sizes") {
+      if (i + 1 >= argc) { return false; }
+      p.sizes.clear();
+      std::stringstream ss{argv[++i]};
+      std::string item;
+      while (std::getline(ss, item, ',')) {
+        auto const v = std::strtoull(item.c_str(), nullptr, 10);
+        if (v == 0) { return false; }
+        p.sizes.push_back(static_cast<std::size_t>(v));
+      }
+      if (p.sizes.empty()) { return false; }
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+void write_table(std::ostream& os,
+                 std::vector<subject> const& subjects,
+                 std::map<std::string, std::map<std::size_t, summary>> const& table)
+{
+  os << "{";
+  bool first_pool = true;
+  for (auto const& s : subjects) {
+    auto const it = table.find(s.key);
+    if (it == table.end()) { continue; }
+    os << (first_pool ? "" : ",") << "\"" << s.key << "\":{";
+    first_pool      = false;
+    bool first_size = true;
+    for (auto const& [bytes, v] : it->second) {
+      os << (first_size ? "" : ",") << "\"" << bytes << "\":{\"median_us\":" << v.median_us
+         << ",\"p10_us\":" << v.p10_us << ",\"p90_us\":" << v.p90_us << "}";
+      first_size = false;
+    }
+    os << "}";
+  }
+  os << "}";
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+  params p;
+  if (!parse_args(argc, argv, p)) {
+    std::fprintf(stderr,
+                 "usage: pool_floor [--quick] [--pairs N] [--rounds R] [--warmup W] "
+                 "[--sizes BYTES,BYTES,...]\n");
+    return 2;
+  }
+
+  try {
+    asyncmr::require_cuda();
+  } catch (std::exception const& e) {
+    std::printf("{\"error\":\"%s\"}\n", json_escape(e.what()).c_str());
+    std::fprintf(stderr, "pool_floor: %s\n", e.what());
+    return 1;
+  }
+
+  cudaSetDevice(0);
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  auto const versions = asyncmr::versions();
+
+  cudaStream_t stream{};
+  if (auto const e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess) {
+    std::printf("{\"error\":\"%s\"}\n",
+                json_escape(cuda_failure("cudaStreamCreateWithFlags", e)).c_str());
+    return 1;
+  }
+
+  using namespace asyncmr;
+  std::vector<subject> subjects;
+  std::vector<std::shared_ptr<void>> keep_alive;
+  add_subject<async_managed_memory_resource>(
+    subjects, keep_alive, "managed_default_dev0", "AsyncManagedMR", managed_resource_options{});
+  add_subject<async_pinned_memory_resource>(
+    subjects, keep_alive, "pinned_default_host", "AsyncPinnedMR", pinned_resource_options{});
+  add_subject<async_device_memory_resource>(
+    subjects, keep_alive, "device_default_dev0", "AsyncDeviceMR", device_resource_options{});
+  add_subject<async_managed_memory_resource>(subjects,
+                                             keep_alive,
+                                             "managed_owned_dev0",
+                                             "AsyncManagedMR(pool='new')",
+                                             managed_resource_options{.source = pool_source::owned});
+  add_subject<async_pinned_memory_resource>(subjects,
+                                            keep_alive,
+                                            "pinned_owned_host",
+                                            "AsyncPinnedMR(pool='new')",
+                                            pinned_resource_options{.source = pool_source::owned});
+  add_subject<async_device_memory_resource>(subjects,
+                                            keep_alive,
+                                            "device_owned_dev0",
+                                            "AsyncDeviceMR(pool='new')",
+                                            device_resource_options{.source = pool_source::owned});
+
+  std::map<std::string, std::map<std::size_t, summary>> floor_table;
+  std::map<std::string, std::map<std::size_t, summary>> ref_table;
+  std::map<std::string, std::string> errors;
+
+  for (auto& s : subjects) {
+    if (!s.error.empty()) {
+      errors[s.key] = s.error;
+      continue;
+    }
+    for (std::size_t const bytes : p.sizes) {
+      try {
+        // Warm-up maps the pool's memory and the code paths; then interleaved rounds.
+        floor_round(s.pool, bytes, stream, p.warmup);
+        ref_round(*s.ref, bytes, stream, p.warmup);
+        sync(stream);
+        std::vector<double> floor_us;
+        std::vector<double> ref_us;
+        for (int r = 0; r < p.rounds; ++r) {
+          if (r % 2 == 0) {
+            floor_us.push_back(floor_round(s.pool, bytes, stream, p.pairs));
+            sync(stream);
+            ref_us.push_back(ref_round(*s.ref, bytes, stream, p.pairs));
+          } else {
+            ref_us.push_back(ref_round(*s.ref, bytes, stream, p.pairs));
+            sync(stream);
+            floor_us.push_back(floor_round(s.pool, bytes, stream, p.pairs));
+          }
+          sync(stream);
+        }
+        floor_table[s.key][bytes] = summarize(floor_us);
+        ref_table[s.key][bytes]   = summarize(ref_us);
+      } catch (std::exception const& e) {
+        errors[s.key + "@" + std::to_string(bytes)] = e.what();
+        cudaGetLastError();
+      }
+    }
+  }
+
+  std::ostringstream os;
+  os.precision(6);
+  os << "{\"meta\":{\"gpu\":\"" << json_escape(prop.name) << "\",\"driver\":" << versions.driver
+     << ",\"runtime\":" << versions.runtime << ",\"clock\":\"steady_clock\"}";
+  os << ",\"params\":{\"pairs\":" << p.pairs << ",\"rounds\":" << p.rounds
+     << ",\"warmup\":" << p.warmup << ",\"stream\":\"one non-blocking stream\"}";
+  os << ",\"resources\":{";
+  for (std::size_t i = 0; i < subjects.size(); ++i) {
+    os << (i ? "," : "") << "\"" << subjects[i].key << "\":\"" << json_escape(subjects[i].resource)
+       << "\"";
+  }
+  os << "},\"floor\":";
+  write_table(os, subjects, floor_table);
+  os << ",\"via_ref\":";
+  write_table(os, subjects, ref_table);
+  os << ",\"errors\":{";
+  bool first = true;
+  for (auto const& [k, v] : errors) {
+    os << (first ? "" : ",") << "\"" << json_escape(k) << "\":\"" << json_escape(v) << "\"";
+    first = false;
+  }
+  os << "}}";
+  std::puts(os.str().c_str());
+
+  keep_alive.clear();  // resources (and owned pools) go before the stream
+  cudaStreamDestroy(stream);
+  return 0;
+}

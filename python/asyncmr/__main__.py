@@ -1,0 +1,95 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``python -m asyncmr demo`` and ``python -m asyncmr bench``."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+
+def _demo(args) -> int:
+    import asyncmr
+
+    try:
+        count = asyncmr.device_count()
+    except asyncmr.NoDeviceError as e:
+        print(f"asyncmr demo: cannot run: {e}", file=sys.stderr)
+        return 1
+    try:
+        import cupy
+    except ImportError:
+        print("asyncmr demo: needs CuPy (pip install 'asyncmr[demo]')", file=sys.stderr)
+        return 2
+    import numpy as np
+    import rmm
+    from rmm.allocators.cupy import rmm_cupy_allocator
+
+    print(f"asyncmr {asyncmr.__version__}: {count} device(s), driver "
+          f"{asyncmr.driver_version()}, runtime {asyncmr.runtime_version()}")
+    resources = [
+        ("AsyncManagedMR()", lambda: asyncmr.AsyncManagedMR()),
+        ("AsyncPinnedMR()", lambda: asyncmr.AsyncPinnedMR()),
+        ("AsyncDeviceMR()", lambda: asyncmr.AsyncDeviceMR()),
+        ("AsyncDeviceMR(pool='new')", lambda: asyncmr.AsyncDeviceMR(pool="new")),
+    ]
+    n = args.elements
+    host = np.arange(n, dtype=np.float64)
+    expected = float((2 * (np.sqrt(host * host + 1.0) - 1.0)).sum())
+    previous_mr = rmm.mr.get_current_device_resource()
+    previous_allocator = cupy.cuda.get_allocator()
+    stats_rows = []
+    failed = False
+    try:
+        cupy.cuda.set_allocator(rmm_cupy_allocator)
+        for name, make in resources:
+            mr = make()
+            stats = rmm.mr.StatisticsResourceAdaptor(mr)
+            rmm.mr.set_current_device_resource(stats)
+            with mr.track_peak() as peak:
+                # A small pipeline with short-lived temporaries, all from this resource.
+                x = cupy.arange(n, dtype=cupy.float64)
+                y = cupy.sqrt(x * x + 1.0) - 1.0
+                total = float((y * 2).sum())
+                del x, y
+                cupy.cuda.get_current_stream().synchronize()
+            counts = stats.allocation_counts
+            ok = math.isclose(total, expected, rel_tol=1e-9)
+            failed |= not ok
+            stats_rows.append((name, mr.allocation_type, str(mr.location), counts["total_count"],
+                               counts["peak_bytes"], peak.used, peak.reserved, ok))
+            rmm.mr.set_current_device_resource(previous_mr)
+            del stats, mr
+    finally:
+        rmm.mr.set_current_device_resource(previous_mr)
+        cupy.cuda.set_allocator(previous_allocator)
+
+    header = ("resource", "type", "location", "allocations", "peak bytes (RMM)",
+              "pool used high", "pool reserved high", "result")
+    rows = [header] + [(r[0], r[1], r[2], str(r[3]), f"{r[4]:,}", f"{r[5]:,}", f"{r[6]:,}",
+                        "ok" if r[7] else "WRONG") for r in stats_rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    for i, row in enumerate(rows):
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)))
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m asyncmr")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="run a small CuPy pipeline on each resource")
+    demo.add_argument("--elements", type=int, default=1 << 22)
+    sub.add_parser("bench", help="benchmarks against RMM, cuda.core and CuPy (GPU)",
+                   add_help=False)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "demo":
+        return _demo(args)
+    from asyncmr._bench import main as bench_main
+
+    return bench_main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

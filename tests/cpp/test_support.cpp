@@ -1,0 +1,273 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#include "test_support.hpp"
+
+#include "test_kernels.hpp"
+
+#include <cstring>
+#include <vector>
+
+namespace asyncmr::test {
+namespace {
+
+std::string error_text(cudaError_t error)
+{
+  return std::string{cudaGetErrorName(error)} + " (" + cudaGetErrorString(error) + ")";
+}
+
+bool device_attribute(cudaDeviceAttr attr)
+{
+  int value = 0;
+  if (cudaDeviceGetAttribute(&value, attr, 0) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return value != 0;
+}
+
+// The (location, allocation type) pairs whose shared pools a test may change.
+struct shared_pool_key {
+  location where;
+  allocation_type type;
+};
+std::vector<shared_pool_key> const& shared_pool_keys()
+{
+  static std::vector<shared_pool_key> const keys{
+    {location::device(0), allocation_type::device},
+    {location::device(0), allocation_type::managed},
+    {location::host(), allocation_type::managed},
+    {location::host(), allocation_type::pinned},
+  };
+  return keys;
+}
+
+}  // namespace
+
+std::string const& no_device_reason()
+{
+  static std::string const reason = [] {
+    int count          = 0;
+    auto const status  = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      return "no usable CUDA device: cudaGetDeviceCount failed with " + error_text(status);
+    }
+    if (count == 0) { return std::string{"no CUDA device: cudaGetDeviceCount returned 0"}; }
+    if (!device_attribute(cudaDevAttrMemoryPoolsSupported)) {
+      return std::string{"device 0 does not support memory pools (cudaDevAttrMemoryPoolsSupported=0)"};
+    }
+    return std::string{};
+  }();
+  return reason;
+}
+
+int device_count()
+{
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+std::string managed_pools_unavailable()
+{
+#if CUDART_VERSION < 13000
+  return "managed memory pools need a CUDA 13 build";
+#else
+  if (versions().driver < 13000) {
+    return "managed memory pools need a CUDA 13 driver; this one is " +
+           version_string(versions().driver);
+  }
+  if (!device_attribute(cudaDevAttrConcurrentManagedAccess)) {
+    return "device 0 has no concurrent managed access, which managed pools need";
+  }
+  return {};
+#endif
+}
+
+std::string host_pools_unavailable()
+{
+  if (!device_attribute(cudaDevAttrHostMemoryPoolsSupported)) {
+    return "device 0 does not support host memory pools (cudaDevAttrHostMemoryPoolsSupported=0)";
+  }
+  return {};
+}
+
+// ---- the driver's view ------------------------------------------------------------------------
+
+cudaMemPool_t driver_default_pool(location where, allocation_type type)
+{
+  cudaMemLocation loc = where.to_cuda();
+  cudaMemPool_t pool  = nullptr;
+  EXPECT_EQ(cudaSuccess, cudaMemGetDefaultMemPool(&pool, &loc, detail::to_cuda(type)));
+  return pool;
+}
+
+cudaMemPool_t driver_current_pool(location where, allocation_type type)
+{
+  cudaMemLocation loc = where.to_cuda();
+  cudaMemPool_t pool  = nullptr;
+  EXPECT_EQ(cudaSuccess, cudaMemGetMemPool(&pool, &loc, detail::to_cuda(type)));
+  return pool;
+}
+
+std::uint64_t driver_threshold(cudaMemPool_t pool)
+{
+  std::uint64_t value = 0;
+  EXPECT_EQ(cudaSuccess, cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &value));
+  return value;
+}
+
+void set_driver_threshold(cudaMemPool_t pool, std::uint64_t bytes)
+{
+  EXPECT_EQ(cudaSuccess, cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &bytes));
+}
+
+// ---- fixture ---------------------------------------------------------------------------------
+
+void GpuTest::SetUp()
+{
+  ASYNCMR_SKIP_IF(no_device_reason());
+  ASSERT_EQ(cudaSuccess, cudaSetDevice(0));
+  for (auto const& key : shared_pool_keys()) {
+    // Pairs this device or driver cannot serve are skipped; the tests of them skip too.
+    if (key.type == allocation_type::managed && !managed_pools_unavailable().empty()) { continue; }
+    if (key.where.is_host() && !host_pools_unavailable().empty()) { continue; }
+    shared_pool_snapshot s{};
+    s.loc               = key.where.to_cuda();
+    s.type              = detail::to_cuda(key.type);
+    cudaMemLocation loc = s.loc;
+    if (cudaMemGetDefaultMemPool(&s.default_pool, &loc, s.type) != cudaSuccess ||
+        cudaMemGetMemPool(&s.current_pool, &loc, s.type) != cudaSuccess ||
+        cudaMemPoolGetAttribute(
+          s.default_pool, cudaMemPoolAttrReleaseThreshold, &s.default_threshold) != cudaSuccess ||
+        cudaMemPoolGetAttribute(
+          s.current_pool, cudaMemPoolAttrReleaseThreshold, &s.current_threshold) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    saved_.push_back(s);
+  }
+  ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  active_ = true;
+}
+
+void GpuTest::TearDown()
+{
+  if (!active_) { return; }
+  EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(stream_));
+  EXPECT_EQ(cudaSuccess, cudaStreamDestroy(stream_));
+  stream_ = nullptr;
+  for (auto& s : saved_) {
+    cudaMemLocation loc = s.loc;
+    cudaMemPool_t now   = nullptr;
+    if (cudaMemGetMemPool(&now, &loc, s.type) == cudaSuccess && now != s.current_pool) {
+      ADD_FAILURE() << "a test left another pool current; routing it back";
+      loc = s.loc;
+      EXPECT_EQ(cudaSuccess, cudaMemSetMemPool(&loc, s.type, s.current_pool));
+    }
+    EXPECT_EQ(cudaSuccess,
+              cudaMemPoolSetAttribute(
+                s.default_pool, cudaMemPoolAttrReleaseThreshold, &s.default_threshold));
+    if (s.current_pool != s.default_pool) {
+      EXPECT_EQ(cudaSuccess,
+                cudaMemPoolSetAttribute(
+                  s.current_pool, cudaMemPoolAttrReleaseThreshold, &s.current_threshold));
+    }
+  }
+  saved_.clear();
+  // A sticky error (an illegal address in a kernel) would fail every later test; say so here.
+  EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize());
+  cudaGetLastError();
+  active_ = false;
+}
+
+// ---- kernels and graphs ----------------------------------------------------------------------
+
+::testing::AssertionResult kernel_writes_host_reads(void* ptr,
+                                                    std::size_t bytes,
+                                                    bool host_reads,
+                                                    cudaStream_t stream)
+{
+  constexpr std::uint32_t seed = 0x5eed1234u;
+  std::size_t const count      = bytes / sizeof(std::uint32_t);
+  auto* const words            = static_cast<std::uint32_t*>(ptr);
+  if (auto const e = launch_fill(words, count, seed, stream); e != cudaSuccess) {
+    return ::testing::AssertionFailure() << "fill kernel launch: " << error_text(e);
+  }
+  std::vector<std::uint32_t> copy;
+  std::uint32_t const* host_view = words;
+  if (!host_reads) {
+    copy.resize(count);
+    if (auto const e =
+          cudaMemcpyAsync(copy.data(), words, count * sizeof(std::uint32_t), cudaMemcpyDefault, stream);
+        e != cudaSuccess) {
+      return ::testing::AssertionFailure() << "device-to-host copy: " << error_text(e);
+    }
+    host_view = copy.data();
+  }
+  if (auto const e = cudaStreamSynchronize(stream); e != cudaSuccess) {
+    return ::testing::AssertionFailure() << "stream synchronize: " << error_text(e);
+  }
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (host_view[i] != pattern_word(i, seed)) { ++wrong; }
+  }
+  if (wrong != 0) {
+    return ::testing::AssertionFailure() << wrong << " of " << count << " words read back wrong";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+capture_scope::capture_scope(cudaStream_t stream, cudaStreamCaptureMode mode)
+  : stream_{stream}, begin_status_{cudaStreamBeginCapture(stream, mode)}
+{
+  if (begin_status_ != cudaSuccess) { cudaGetLastError(); }
+}
+
+capture_scope::~capture_scope()
+{
+  if (begin_status_ == cudaSuccess && !ended_) { static_cast<void>(end()); }
+  if (graph_ != nullptr) { cudaGraphDestroy(graph_); }
+  cudaGetLastError();
+}
+
+cudaError_t capture_scope::end()
+{
+  ended_            = true;
+  auto const status = cudaStreamEndCapture(stream_, &graph_);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    if (graph_ != nullptr) {
+      cudaGraphDestroy(graph_);
+      graph_ = nullptr;
+    }
+  }
+  return status;
+}
+
+cudaError_t instantiate_and_run(cudaGraph_t graph, cudaStream_t stream)
+{
+  if (graph == nullptr) { return cudaErrorInvalidValue; }
+  cudaGraphExec_t exec = nullptr;
+  if (auto const e = cudaGraphInstantiate(&exec, graph, 0); e != cudaSuccess) { return e; }
+  auto status = cudaGraphLaunch(exec, stream);
+  if (status == cudaSuccess) { status = cudaStreamSynchronize(stream); }
+  cudaGraphExecDestroy(exec);
+  return status;
+}
+
+device_scratch::device_scratch(std::size_t bytes)
+{
+  EXPECT_EQ(cudaSuccess, cudaMalloc(&ptr_, bytes));
+}
+
+device_scratch::~device_scratch()
+{
+  if (ptr_ != nullptr) { cudaFree(ptr_); }
+}
+
+}  // namespace asyncmr::test

@@ -1,0 +1,48 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Small helpers the GPU tests share: views of raw pointers for CuPy and NumPy."""
+
+import ctypes
+import contextlib
+
+import numpy as np
+
+
+def device_view(ptr: int, n: int, dtype=np.int32, owner=None, device_id: int = 0):
+    """A CuPy array over ``n`` elements at ``ptr`` (device, managed or device-accessible host)."""
+    import cupy
+
+    nbytes = n * np.dtype(dtype).itemsize
+    mem = cupy.cuda.UnownedMemory(ptr, nbytes, owner, device_id=device_id)
+    return cupy.ndarray((n,), dtype=dtype, memptr=cupy.cuda.MemoryPointer(mem, 0))
+
+
+def host_view(ptr: int, n: int, dtype=np.int32):
+    """A NumPy array over ``n`` elements at host-accessible ``ptr`` (pinned or managed)."""
+    nbytes = n * np.dtype(dtype).itemsize
+    buf = (ctypes.c_byte * nbytes).from_address(ptr)
+    return np.frombuffer(buf, dtype=dtype, count=n)
+
+
+@contextlib.contextmanager
+def rmm_cupy(mr):
+    """Route CuPy allocations through RMM's current device resource ``mr`` for a block."""
+    import cupy
+    import rmm
+    from rmm.allocators.cupy import rmm_cupy_allocator
+
+    previous_mr = rmm.mr.get_current_device_resource()
+    previous_alloc = cupy.cuda.get_allocator()
+    rmm.mr.set_current_device_resource(mr)
+    cupy.cuda.set_allocator(rmm_cupy_allocator)
+    try:
+        yield
+    finally:
+        cupy.cuda.get_current_stream().synchronize()
+        cupy.cuda.set_allocator(previous_alloc)
+        rmm.mr.set_current_device_resource(previous_mr)
+
+
+def sync():
+    import cupy
+
+    cupy.cuda.runtime.deviceSynchronize()

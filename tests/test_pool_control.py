@@ -1,0 +1,418 @@
+# SPDX-License-Identifier: Apache-2.0
+"""MemPool, PoolAttributes, peaks, trim, access, routing and capture safety on the GPU."""
+
+import threading
+
+import numpy as np
+import pytest
+import rmm
+
+import asyncmr
+from asyncmr import AsyncDeviceMR, AsyncManagedMR, AsyncPinnedMR, Location, MemPool
+
+from gpu_helpers import sync
+
+MiB = 1 << 20
+UINT64_MAX = 2**64 - 1
+POOL_KINDS = [
+    (Location.device(0), "device"),
+    (Location.device(0), "managed"),
+    (Location.none(), "managed"),
+    (Location.host(), "pinned"),
+    (Location.host_numa(0), "pinned"),
+]
+NEW_DRIVER = 13020
+
+
+def driver_has_13_2():
+    return asyncmr.driver_version() >= NEW_DRIVER
+
+
+# ---- MemPool --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("loc, atype", POOL_KINDS)
+def test_default_and_current_pools(gpu, loc, atype):
+    default = MemPool.default(loc, atype)
+    current = MemPool.current(loc, atype)
+    assert default.handle == current.handle  # until someone routes elsewhere
+    assert not default.owned
+    assert default.location == loc and default.allocation_type == atype
+
+
+@pytest.mark.parametrize("loc, atype", POOL_KINDS)
+def test_created_pools_are_owned_context_managers(gpu, loc, atype):
+    with MemPool.create(loc, atype) as pool:
+        assert pool.owned and not pool.closed
+        assert pool.attributes.release_threshold == UINT64_MAX
+        assert pool.location == loc and pool.allocation_type == atype
+    assert pool.closed
+    with pytest.raises(asyncmr.PoolClosedError, match="closed"):
+        pool.attributes.release_threshold
+    pool.close()  # idempotent
+
+
+def test_refused_combinations_say_why(gpu):
+    with pytest.raises(ValueError, match="device memory lives on a device"):
+        MemPool.default(Location.host(), "device")
+    with pytest.raises(ValueError, match="pinned memory lives on the host"):
+        MemPool.create(Location.device(0), "pinned")
+    with pytest.raises(ValueError, match="host_numa_current"):
+        MemPool.create(Location.host_numa_current(), "pinned")
+
+
+def test_from_handle_adopts_without_owning(gpu):
+    with MemPool.create(Location.device(0), "device") as owner:
+        view = MemPool.from_handle(owner.handle)
+        assert not view.owned and view.handle == owner.handle
+        assert view == owner
+        view.close()  # a view's close never destroys the pool
+        assert owner.attributes.release_threshold == UINT64_MAX
+
+
+# ---- PoolAttributes -------------------------------------------------------------------------
+
+@pytest.fixture
+def owned_device_pool(gpu):
+    with MemPool.create(Location.device(0), "device") as pool:
+        yield pool
+
+
+def test_attributes_repr_and_dict(owned_device_pool):
+    attrs = owned_device_pool.attributes
+    d = attrs.as_dict()
+    for name in ("release_threshold", "reserved_mem_current", "used_mem_high",
+                 "reuse_allow_opportunistic"):
+        assert name in d
+    assert repr(attrs).startswith("PoolAttributes(") and "release_threshold=" in repr(attrs)
+
+
+@pytest.mark.parametrize("row", [r for r in asyncmr.attribute_table if r.access == "read_write"],
+                         ids=lambda r: r.name)
+def test_read_write_attributes_round_trip(owned_device_pool, row):
+    attrs = owned_device_pool.attributes
+    before = getattr(attrs, row.name)
+    new = (not before) if row.kind == "boolean" else 123 * MiB
+    setattr(attrs, row.name, new)
+    assert getattr(attrs, row.name) == new
+    setattr(attrs, row.name, before)
+    assert getattr(attrs, row.name) == before
+
+
+@pytest.mark.parametrize("row", [r for r in asyncmr.attribute_table if r.access == "read_only"],
+                         ids=lambda r: r.name)
+def test_read_only_attributes_refuse_writes(owned_device_pool, row):
+    with pytest.raises(AttributeError, match="read-only"):
+        setattr(owned_device_pool.attributes, row.name, 0)
+
+
+@pytest.mark.parametrize("name", ["used_mem_high", "reserved_mem_high"])
+def test_watermarks_reset_with_zero_only(owned_device_pool, name):
+    pool = owned_device_pool
+    mr = AsyncDeviceMR(pool=pool)
+    ptr = mr.allocate(8 * MiB)
+    mr.deallocate(ptr, 8 * MiB)
+    sync()
+    high = getattr(pool.attributes, name)
+    assert high >= 8 * MiB
+    with pytest.raises(ValueError, match="can only be reset"):
+        setattr(pool.attributes, name, 5)
+    assert getattr(pool.attributes, name) == high  # unchanged
+    setattr(pool.attributes, name, 0)
+    current = name.replace("_high", "_current")
+    assert getattr(pool.attributes, name) == getattr(pool.attributes, current)
+
+
+def test_bad_attribute_values(owned_device_pool):
+    attrs = owned_device_pool.attributes
+    with pytest.raises(ValueError, match="release_threshold must be in"):
+        attrs.release_threshold = -1
+    with pytest.raises(TypeError, match="must be a bool"):
+        attrs.reuse_allow_opportunistic = "yes"
+    with pytest.raises(AttributeError):
+        attrs.no_such_attribute = 1
+
+
+def test_cuda_13_2_attributes_on_owned_pools(gpu):
+    with MemPool.create(Location.device(0), "device", max_size=256 * MiB) as pool:
+        a = pool.attributes
+        assert a.max_pool_size == 256 * MiB
+        assert a.location_type == "device" and a.location_id == 0
+        assert a.allocation_type == "pinned"  # the driver's name for device-pool memory
+        assert a.export_handle_types == 0
+        assert a.hw_decompress_enabled is False
+
+
+def test_cuda_13_2_attributes_of_shared_pools(gpu):
+    a = MemPool.default(Location.host(), "pinned").attributes
+    assert a.location_type == "host"  # known from how asyncmr obtained the pool
+    assert a.allocation_type == "pinned"
+    if driver_has_13_2():
+        assert isinstance(a.max_pool_size, int)
+    else:
+        with pytest.raises(asyncmr.UnsupportedError, match=r"needs a CUDA driver >= 13\.2"):
+            a.max_pool_size
+        assert "max_pool_size" not in a.as_dict()
+
+
+def test_cuda_13_2_attributes_of_adopted_handles(gpu):
+    with MemPool.create(Location.device(0), "device") as owner:
+        adopted = MemPool.from_handle(owner.handle)
+        if driver_has_13_2():
+            assert adopted.location == Location.device(0)
+        else:
+            assert adopted.location is None and adopted.allocation_type is None
+            with pytest.raises(asyncmr.UnsupportedError, match="13.2"):
+                adopted.attributes.location_type
+            with pytest.raises(asyncmr.UnsupportedError, match="location"):
+                adopted.make_current()
+
+
+def test_scoped_sets_and_restores(owned_device_pool):
+    attrs = owned_device_pool.attributes
+    with attrs.scoped(release_threshold=0, reuse_allow_opportunistic=False):
+        assert attrs.release_threshold == 0
+        assert attrs.reuse_allow_opportunistic is False
+    assert attrs.release_threshold == UINT64_MAX
+    assert attrs.reuse_allow_opportunistic is True
+    with pytest.raises(AttributeError, match="cannot be scoped"):
+        with attrs.scoped(used_mem_current=0):
+            pass
+
+
+# ---- peaks and trim --------------------------------------------------------------------------
+
+def test_track_peak_per_phase(owned_device_pool):
+    mr = AsyncDeviceMR(pool=owned_device_pool)
+    with mr.track_peak() as big:
+        p = mr.allocate(16 * MiB)
+        mr.deallocate(p, 16 * MiB)
+        sync()
+    with mr.track_peak() as small:
+        p = mr.allocate(MiB)
+        mr.deallocate(p, MiB)
+        sync()
+    assert big.used >= 16 * MiB and big.reserved >= 16 * MiB
+    assert MiB <= small.used < 16 * MiB
+
+
+def test_reset_peak_on_resource(owned_device_pool):
+    mr = AsyncDeviceMR(pool=owned_device_pool)
+    p = mr.allocate(4 * MiB)
+    mr.deallocate(p, 4 * MiB)
+    sync()
+    mr.reset_peak()
+    assert mr.attributes.used_mem_high == mr.attributes.used_mem_current == 0
+
+
+@pytest.mark.parametrize("loc, atype", [(Location.device(0), "device"),
+                                        (Location.device(0), "managed"),
+                                        (Location.host(), "pinned")])
+def test_trim_returns_reserved_memory(gpu, loc, atype):
+    with MemPool.create(loc, atype) as pool:
+        mr = {"device": AsyncDeviceMR, "managed": AsyncManagedMR, "pinned": AsyncPinnedMR}[atype](
+            pool=pool)
+        ptrs = [mr.allocate(32 * MiB) for _ in range(3)]
+        for p in ptrs:
+            mr.deallocate(p, 32 * MiB)
+        sync()
+        assert pool.attributes.reserved_mem_current >= 96 * MiB
+        mr.trim(32 * MiB)
+        assert 32 * MiB <= pool.attributes.reserved_mem_current < 96 * MiB
+        mr.trim()
+        assert pool.attributes.reserved_mem_current == 0
+
+
+# ---- access ----------------------------------------------------------------------------------
+
+def test_set_access_on_a_host_pool(gpu):
+    with MemPool.create(Location.host(), "pinned") as pool:
+        assert pool.access(0) == "none"  # host pools start with no device access (FACTS)
+        pool.set_access("all", "rw")
+        assert pool.access(0) == "rw"
+        pool.set_access([0], "none")
+        assert pool.access(0) == "none"
+    with pytest.raises(ValueError, match="access mode"):
+        MemPool.default(Location.host(), "pinned").set_access([0], "write")
+
+
+def test_access_on_a_missing_device(gpu):
+    pool = MemPool.default(Location.host(), "pinned")
+    with pytest.raises(ValueError, match="device 64 does not exist"):
+        pool.access(64)
+    with pytest.raises(ValueError, match="does not exist"):
+        pool.set_access([64], "rw")
+
+
+# ---- routing ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("loc, atype", [(Location.device(0), "device"),
+                                        (Location.device(0), "managed"),
+                                        (Location.host(), "pinned")])
+def test_make_current_routes_and_returns_the_previous_pool(gpu, loc, atype):
+    default = MemPool.default(loc, atype)
+    with MemPool.create(loc, atype) as pool:
+        previous = pool.make_current()
+        assert previous.handle == default.handle
+        assert MemPool.current(loc, atype).handle == pool.handle
+        previous.make_current()
+        assert MemPool.current(loc, atype).handle == default.handle
+        with pool.as_current():
+            assert MemPool.current(loc, atype).handle == pool.handle
+        assert MemPool.current(loc, atype).handle == default.handle
+
+
+def test_routing_reaches_cudaMallocAsync_users(gpu):
+    cupy = pytest.importorskip("cupy")
+    with MemPool.create(Location.device(0), "device") as pool:
+        with pool.as_current():
+            # CuPy's MemoryAsyncPool allocates with cudaMallocAsync from the current pool.
+            async_pool = cupy.cuda.MemoryAsyncPool()
+            mem = async_pool.malloc(4 * MiB)
+            cupy.cuda.runtime.deviceSynchronize()
+            assert pool.attributes.used_mem_current >= 4 * MiB
+            del mem
+            cupy.cuda.runtime.deviceSynchronize()
+
+
+def test_resource_on_the_current_pool_follows_routing(gpu):
+    with MemPool.create(Location.device(0), "device") as pool:
+        with pool.as_current():
+            mr = AsyncDeviceMR(pool="current")
+            assert mr.pool_handle == pool.handle
+
+
+def test_closing_a_current_pool_routes_back_to_the_default(gpu):
+    default = MemPool.default(Location.device(0), "device")
+    pool = MemPool.create(Location.device(0), "device")
+    pool.make_current()
+    pool.close()
+    assert MemPool.current(Location.device(0), "device").handle == default.handle
+
+
+# ---- the case from the field -----------------------------------------------------------------
+
+def test_users_can_set_the_default_pool_threshold_back_to_zero(gpu):
+    AsyncDeviceMR(pool="default")  # raises the default pool's threshold (policy)
+    mr = AsyncDeviceMR()
+    assert mr.attributes.release_threshold == UINT64_MAX
+    mr.attributes.release_threshold = 0  # what the simulation library's users do
+    ptr = mr.allocate(256 * MiB)
+    mr.deallocate(ptr, 256 * MiB)
+    reserved_before_sync = mr.attributes.reserved_mem_current
+    assert reserved_before_sync >= 256 * MiB
+    sync()  # the pool returns unused memory at the next synchronization
+    assert mr.attributes.reserved_mem_current < reserved_before_sync - 128 * MiB
+
+
+# ---- capture safety --------------------------------------------------------------------------
+
+def _exercise_every_control_call():
+    """Attribute reads and writes, trim, access and routing, on all three kinds of pool."""
+    for loc, atype in [(Location.device(0), "device"), (Location.device(0), "managed"),
+                       (Location.host(), "pinned")]:
+        pool = MemPool.default(loc, atype)
+        attrs = pool.attributes
+        attrs.as_dict()
+        threshold = attrs.release_threshold
+        attrs.release_threshold = threshold
+        attrs.reuse_allow_opportunistic = attrs.reuse_allow_opportunistic
+        attrs.used_mem_high = 0
+        pool.trim(UINT64_MAX)
+        pool.access(0)
+        if loc.is_host:
+            pool.set_access([0], "rw")
+        previous = MemPool.current(loc, atype).make_current()
+        previous.make_current()
+
+
+def _capture_with(mode):
+    cupy = pytest.importorskip("cupy")
+    return cupy, {"global": cupy.cuda.runtime.streamCaptureModeGlobal,
+                  "thread_local": cupy.cuda.runtime.streamCaptureModeThreadLocal}[mode]
+
+
+def test_control_calls_during_a_global_capture_on_another_thread(gpu):
+    cupy, mode = _capture_with("global")
+    started, done = threading.Event(), threading.Event()
+    result = {}
+
+    def capture():
+        try:
+            s = cupy.cuda.Stream(non_blocking=True)
+            x = cupy.zeros(1024, dtype=cupy.float32)
+            cupy.cuda.runtime.deviceSynchronize()
+            with s:
+                s.begin_capture(mode)
+                started.set()
+                done.wait(30)
+                x += 1
+                graph = s.end_capture()
+            graph.launch(s)
+            s.synchronize()
+            result["value"] = float(x[0].get())
+        except Exception as e:  # reported to the main thread
+            result["error"] = e
+            started.set()
+
+    t = threading.Thread(target=capture)
+    t.start()
+    started.wait(30)
+    try:
+        _exercise_every_control_call()
+    finally:
+        done.set()
+        t.join(60)
+    assert "error" not in result, result.get("error")
+    assert result["value"] == 1.0
+
+
+def test_control_calls_during_a_thread_local_capture_on_this_thread(gpu):
+    cupy, mode = _capture_with("thread_local")
+    s = cupy.cuda.Stream(non_blocking=True)
+    x = cupy.zeros(1024, dtype=cupy.float32)
+    cupy.cuda.runtime.deviceSynchronize()
+    with s:
+        s.begin_capture(mode)
+        _exercise_every_control_call()
+        x += 2
+        graph = s.end_capture()
+    graph.launch(s)
+    s.synchronize()
+    assert float(x[0].get()) == 2.0
+
+
+@pytest.mark.parametrize("kind", ["device", "managed"])
+def test_allocation_inside_a_capture_becomes_a_graph_node(gpu, kind):
+    cupy, mode = _capture_with("thread_local")
+    mr = {"device": AsyncDeviceMR, "managed": AsyncManagedMR}[kind]()
+    s = cupy.cuda.Stream(non_blocking=True)
+    rs = rmm.pylibrmm.stream.Stream(obj=s)
+    with s:
+        s.begin_capture(mode)
+        ptr = mr.allocate(MiB, rs)
+        cupy.cuda.runtime.memsetAsync(ptr, 1, MiB, s.ptr)
+        mr.deallocate(ptr, MiB, rs)
+        graph = s.end_capture()
+    graph.launch(s)
+    s.synchronize()
+
+
+@pytest.mark.parametrize("make", [lambda: AsyncPinnedMR(),
+                                  lambda: AsyncManagedMR(location=Location.host(), pool="new")],
+                         ids=["pinned", "managed@host"])
+def test_host_pool_allocation_inside_a_capture_is_refused_cleanly(gpu, make):
+    cupy, mode = _capture_with("thread_local")
+    mr = make()
+    s = cupy.cuda.Stream(non_blocking=True)
+    rs = rmm.pylibrmm.stream.Stream(obj=s)
+    x = cupy.zeros(16, dtype=cupy.int32)
+    cupy.cuda.runtime.deviceSynchronize()
+    with s:
+        s.begin_capture(mode)
+        with pytest.raises(RuntimeError, match="inside a stream capture"):
+            mr.allocate(MiB, rs)
+        x += 1
+        graph = s.end_capture()  # the capture is still valid
+    graph.launch(s)
+    s.synchronize()
+    assert int(x[0].get()) == 1
