@@ -34,7 +34,9 @@ int require_cuda()
   }
   int count      = 0;
   auto const err = cudaGetDeviceCount(&count);
-  if (err == cudaErrorInsufficientDriver || v.driver < v.runtime) {
+  // CUDA's minor-version compatibility lets a 13.x runtime run on any 13.0+ driver; only a
+  // driver of an older major version (or one the runtime itself refuses) is too old.
+  if (err == cudaErrorInsufficientDriver || v.driver / 1000 < v.runtime / 1000) {
     cudaGetLastError();
     throw no_device_error{"asyncmr: the CUDA driver (" + version_string(v.driver) +
                           ") is older than the CUDA runtime asyncmr was built with (" +

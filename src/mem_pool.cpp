@@ -54,8 +54,8 @@ int device_for_checks(location const& where)
 cudaMemPool_t query_pool(location const& where, allocation_type type, bool current)
 {
   validate_combination(where, type, false);
-  require_pool_support(where, type, device_for_checks(where));
   relaxed_capture_guard guard;
+  require_pool_support(where, type, device_for_checks(where));
   cudaMemPool_t handle = nullptr;
 #if CUDART_VERSION >= 13000
   cudaMemLocation loc = where.to_cuda();
@@ -142,7 +142,10 @@ mem_pool mem_pool::current(location where, allocation_type type)
 mem_pool mem_pool::create(pool_properties const& props)
 {
   detail::validate_combination(props.where, props.type, true);
-  require_pool_support(props.where, props.type, detail::device_for_checks(props.where));
+  {
+    detail::relaxed_capture_guard guard;
+    require_pool_support(props.where, props.type, detail::device_for_checks(props.where));
+  }
   cudaMemPoolProps p{};
   p.allocType   = detail::to_cuda(props.type);
   p.handleTypes = static_cast<cudaMemAllocationHandleType>(props.export_handle_types);
@@ -332,6 +335,7 @@ void mem_pool::trim_to(std::size_t min_bytes_to_keep)
 void mem_pool::set_access(std::vector<int> const& devices, access_mode mode)
 {
   cudaMemPool_t const h = handle();
+  detail::relaxed_capture_guard guard;
   std::vector<cudaMemAccessDesc> descs;
   descs.reserve(devices.size());
   for (int const device : devices) {
@@ -344,17 +348,16 @@ void mem_pool::set_access(std::vector<int> const& devices, access_mode mode)
     descs.push_back(d);
   }
   if (descs.empty()) { return; }
-  detail::relaxed_capture_guard guard;
   ASYNCMR_CUDA_TRY(cudaMemPoolSetAccess(h, descs.data(), descs.size()));
 }
 
 access_mode mem_pool::access(int device) const
 {
   cudaMemPool_t const h = handle();
+  detail::relaxed_capture_guard guard;
   require_device(device);
   cudaMemLocation loc      = location::device(device).to_cuda();
   cudaMemAccessFlags flags = cudaMemAccessFlagsProtNone;
-  detail::relaxed_capture_guard guard;
   ASYNCMR_CUDA_TRY(cudaMemPoolGetAccess(&flags, h, &loc));
   switch (flags) {
     case cudaMemAccessFlagsProtReadWrite: return access_mode::read_write;

@@ -191,9 +191,13 @@ async_managed_memory_resource::async_managed_memory_resource(mem_pool pool,
                                                              managed_resource_options const& o)
   : pool_resource_base{[&] {
       detail::require_type(pool, allocation_type::managed, "AsyncManagedMR");
-      auto const w = pool.where();
-      detail::configure_adopted_pool(
-        pool, o.release_threshold, o.accessible_from, w && w->is_host());
+      // A host-located managed pool starts with no device access. When the driver cannot
+      // say where an adopted pool lives, its answer to "can the resource's device access
+      // it" decides: a pool the device cannot reach gets the grants.
+      auto const w      = pool.where();
+      bool const remote = w ? w->is_host()
+                            : pool.access(detail::resolve_device(o.device)) == access_mode::none;
+      detail::configure_adopted_pool(pool, o.release_threshold, o.accessible_from, remote);
       return pool;
     }()},
     device_{detail::resolve_device(o.device)}

@@ -56,8 +56,8 @@ def _demo(args) -> int:
             counts = stats.allocation_counts
             ok = math.isclose(total, expected, rel_tol=1e-9)
             failed |= not ok
-            stats_rows.append((name, mr.allocation_type, str(mr.location), counts["total_count"],
-                               counts["peak_bytes"], peak.used, peak.reserved, ok))
+            stats_rows.append((name, mr.allocation_type, str(mr.location), counts.total_count,
+                               counts.peak_bytes, peak.used, peak.reserved, ok))
             rmm.mr.set_current_device_resource(previous_mr)
             del stats, mr
     finally:

@@ -338,8 +338,8 @@ cdef class _PoolResource(DeviceMemoryResource):
 
     @property
     def allocation_type(self):
-        """"managed", "pinned" or "device"."""
-        return self.pool.allocation_type
+        """"managed", "pinned" or "device": what this resource hands out."""
+        return self._allocation_type
 
     @property
     def location(self):
@@ -397,6 +397,7 @@ cdef class AsyncManagedMR(_PoolResource):
     """
 
     cdef unique_ptr[async_managed_memory_resource] c_obj
+    _allocation_type = "managed"
 
     def __cinit__(self, device=None, *, pool="default", location=None,
                   release_threshold=None, accessible_from="all"):
@@ -441,6 +442,7 @@ cdef class AsyncPinnedMR(_PoolResource):
     """
 
     cdef unique_ptr[async_pinned_memory_resource] c_obj
+    _allocation_type = "pinned"
 
     def __cinit__(self, *, pool="default", numa_node=None, accessible_from="all",
                   release_threshold=None):
@@ -478,6 +480,7 @@ cdef class AsyncDeviceMR(_PoolResource):
     """
 
     cdef unique_ptr[async_device_memory_resource] c_obj
+    _allocation_type = "device"
 
     def __cinit__(self, device=None, *, pool="default", release_threshold=None):
         dev = _validate.device(device)

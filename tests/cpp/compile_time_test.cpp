@@ -35,9 +35,12 @@ static_assert(cuda::mr::resource_with<async_pinned_memory_resource, host_accessi
 static_assert(!cuda::mr::resource_with<async_device_memory_resource, host_accessible>);
 
 // ---- RMM holds each resource by reference --------------------------------------------------
-static_assert(std::is_constructible_v<rmm::device_async_resource_ref, async_managed_memory_resource&>);
-static_assert(std::is_constructible_v<rmm::device_async_resource_ref, async_pinned_memory_resource&>);
-static_assert(std::is_constructible_v<rmm::device_async_resource_ref, async_device_memory_resource&>);
+static_assert(
+  std::is_constructible_v<rmm::device_async_resource_ref, async_managed_memory_resource&>);
+static_assert(
+  std::is_constructible_v<rmm::device_async_resource_ref, async_pinned_memory_resource&>);
+static_assert(
+  std::is_constructible_v<rmm::device_async_resource_ref, async_device_memory_resource&>);
 
 static_assert(
   std::is_constructible_v<rmm::host_device_async_resource_ref, async_managed_memory_resource&>);
@@ -45,7 +48,8 @@ static_assert(
   std::is_constructible_v<rmm::host_device_async_resource_ref, async_pinned_memory_resource&>);
 static_assert(
   !std::is_constructible_v<rmm::host_device_async_resource_ref, async_device_memory_resource&>);
-static_assert(!std::is_constructible_v<rmm::host_async_resource_ref, async_device_memory_resource&>);
+static_assert(
+  !std::is_constructible_v<rmm::host_async_resource_ref, async_device_memory_resource&>);
 
 // Resources are values: copies share the pool (RMM and CCCL copy them into `any_resource`).
 static_assert(std::is_copy_constructible_v<async_managed_memory_resource>);
@@ -56,11 +60,14 @@ static_assert(std::is_copy_constructible_v<async_device_memory_resource>);
 using asyncmr::attribute_value_t;
 using asyncmr::pool_attribute;
 static_assert(std::is_same_v<attribute_value_t<pool_attribute::release_threshold>, std::uint64_t>);
-static_assert(std::is_same_v<attribute_value_t<pool_attribute::reserved_mem_current>, std::uint64_t>);
+static_assert(
+  std::is_same_v<attribute_value_t<pool_attribute::reserved_mem_current>, std::uint64_t>);
 static_assert(std::is_same_v<attribute_value_t<pool_attribute::used_mem_high>, std::uint64_t>);
-static_assert(std::is_same_v<attribute_value_t<pool_attribute::reuse_follow_event_dependencies>, bool>);
+static_assert(
+  std::is_same_v<attribute_value_t<pool_attribute::reuse_follow_event_dependencies>, bool>);
 static_assert(std::is_same_v<attribute_value_t<pool_attribute::reuse_allow_opportunistic>, bool>);
-static_assert(std::is_same_v<attribute_value_t<pool_attribute::reuse_allow_internal_dependencies>, bool>);
+static_assert(
+  std::is_same_v<attribute_value_t<pool_attribute::reuse_allow_internal_dependencies>, bool>);
 static_assert(std::is_same_v<attribute_value_t<pool_attribute::location_type>, int>);
 static_assert(std::is_same_v<attribute_value_t<pool_attribute::max_pool_size>, std::uint64_t>);
 
@@ -79,9 +86,11 @@ static_assert(asyncmr::info(pool_attribute::reserved_mem_high).cuda_value ==
               cudaMemPoolAttrReservedMemHigh);
 static_assert(asyncmr::info(pool_attribute::used_mem_current).cuda_value ==
               cudaMemPoolAttrUsedMemCurrent);
-static_assert(asyncmr::info(pool_attribute::used_mem_high).cuda_value == cudaMemPoolAttrUsedMemHigh);
+static_assert(asyncmr::info(pool_attribute::used_mem_high).cuda_value ==
+              cudaMemPoolAttrUsedMemHigh);
 
 // A runtime witness, so the test list shows that this file's contracts were compiled in.
-TEST(CompileTimeContracts, HoldWhenThisTestExists) { SUCCEED(); }
+TEST(CompileTimeContracts, HoldWhenThisTestExists)
+{ SUCCEED(); }
 
 }  // namespace

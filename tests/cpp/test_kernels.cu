@@ -22,7 +22,7 @@ __global__ void count_mismatches_kernel(std::uint32_t const* words,
                                         std::uint32_t seed,
                                         unsigned long long* mismatches)
 {
-  auto const stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  auto const stride        = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   unsigned long long local = 0;
   for (auto i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += stride) {
@@ -39,7 +39,10 @@ unsigned grid_for(std::size_t count)
 
 }  // namespace
 
-cudaError_t launch_fill(std::uint32_t* words, std::size_t count, std::uint32_t seed, cudaStream_t stream)
+cudaError_t launch_fill(std::uint32_t* words,
+                        std::size_t count,
+                        std::uint32_t seed,
+                        cudaStream_t stream)
 {
   fill_kernel<<<grid_for(count), block_size, 0, stream>>>(words, count, seed);
   return cudaGetLastError();

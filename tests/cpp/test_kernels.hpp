@@ -16,21 +16,29 @@
 
 namespace asyncmr::test {
 
-/// @brief The 32-bit word the fill kernel writes at index `i` for `seed`.
 #if defined(__CUDACC__)
-__host__ __device__
+#define ASYNCMR_TEST_HOST_DEVICE __host__ __device__
+#else
+#define ASYNCMR_TEST_HOST_DEVICE
 #endif
-  inline constexpr std::uint32_t
-  pattern_word(std::size_t i, std::uint32_t seed) noexcept
+
+/// @brief The 32-bit word the fill kernel writes at index `i` for `seed`.
+// clang-format off: it cannot parse the attribute macro and folds the body onto one line
+ASYNCMR_TEST_HOST_DEVICE constexpr std::uint32_t pattern_word(std::size_t i,
+                                                              std::uint32_t seed) noexcept
 {
   return seed ^ (static_cast<std::uint32_t>(i) * 2654435761u);
 }
+// clang-format on
 
 /**
  * @brief Launches a kernel on `stream` that writes `pattern_word(i, seed)` to `words[i]` for
  * every `i < count`. Returns the launch status (`cudaGetLastError`).
  */
-cudaError_t launch_fill(std::uint32_t* words, std::size_t count, std::uint32_t seed, cudaStream_t stream);
+cudaError_t launch_fill(std::uint32_t* words,
+                        std::size_t count,
+                        std::uint32_t seed,
+                        cudaStream_t stream);
 
 /**
  * @brief Launches a kernel on `stream` that adds to `*mismatches` the number of `words[i]`

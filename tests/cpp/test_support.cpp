@@ -12,9 +12,7 @@ namespace asyncmr::test {
 namespace {
 
 std::string error_text(cudaError_t error)
-{
-  return std::string{cudaGetErrorName(error)} + " (" + cudaGetErrorString(error) + ")";
-}
+{ return std::string{cudaGetErrorName(error)} + " (" + cudaGetErrorString(error) + ")"; }
 
 bool device_attribute(cudaDeviceAttr attr)
 {
@@ -47,15 +45,16 @@ std::vector<shared_pool_key> const& shared_pool_keys()
 std::string const& no_device_reason()
 {
   static std::string const reason = [] {
-    int count          = 0;
-    auto const status  = cudaGetDeviceCount(&count);
+    int count         = 0;
+    auto const status = cudaGetDeviceCount(&count);
     if (status != cudaSuccess) {
       cudaGetLastError();
       return "no usable CUDA device: cudaGetDeviceCount failed with " + error_text(status);
     }
     if (count == 0) { return std::string{"no CUDA device: cudaGetDeviceCount returned 0"}; }
     if (!device_attribute(cudaDevAttrMemoryPoolsSupported)) {
-      return std::string{"device 0 does not support memory pools (cudaDevAttrMemoryPoolsSupported=0)"};
+      return std::string{
+        "device 0 does not support memory pools (cudaDevAttrMemoryPoolsSupported=0)"};
     }
     return std::string{};
   }();
@@ -122,9 +121,7 @@ std::uint64_t driver_threshold(cudaMemPool_t pool)
 }
 
 void set_driver_threshold(cudaMemPool_t pool, std::uint64_t bytes)
-{
-  EXPECT_EQ(cudaSuccess, cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &bytes));
-}
+{ EXPECT_EQ(cudaSuccess, cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &bytes)); }
 
 // ---- fixture ---------------------------------------------------------------------------------
 
@@ -192,7 +189,7 @@ void GpuTest::TearDown()
                                                     bool host_reads,
                                                     cudaStream_t stream)
 {
-  constexpr std::uint32_t seed = 0x5eed1234u;
+  constexpr std::uint32_t seed = test_seed;
   std::size_t const count      = bytes / sizeof(std::uint32_t);
   auto* const words            = static_cast<std::uint32_t*>(ptr);
   if (auto const e = launch_fill(words, count, seed, stream); e != cudaSuccess) {
@@ -202,8 +199,8 @@ void GpuTest::TearDown()
   std::uint32_t const* host_view = words;
   if (!host_reads) {
     copy.resize(count);
-    if (auto const e =
-          cudaMemcpyAsync(copy.data(), words, count * sizeof(std::uint32_t), cudaMemcpyDefault, stream);
+    if (auto const e = cudaMemcpyAsync(
+          copy.data(), words, count * sizeof(std::uint32_t), cudaMemcpyDefault, stream);
         e != cudaSuccess) {
       return ::testing::AssertionFailure() << "device-to-host copy: " << error_text(e);
     }
@@ -222,8 +219,41 @@ void GpuTest::TearDown()
   return ::testing::AssertionSuccess();
 }
 
+::testing::AssertionResult holds_pattern(void const* ptr, std::size_t bytes, std::uint32_t seed)
+{
+  std::size_t const count = bytes / sizeof(std::uint32_t);
+  std::vector<std::uint32_t> copy(count);
+  if (auto const e = cudaMemcpy(copy.data(), ptr, count * sizeof(std::uint32_t), cudaMemcpyDefault);
+      e != cudaSuccess) {
+    return ::testing::AssertionFailure() << "copy to the host: " << error_text(e);
+  }
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (copy[i] != pattern_word(i, seed)) { ++wrong; }
+  }
+  if (wrong != 0) {
+    return ::testing::AssertionFailure()
+           << wrong << " of " << count << " words differ from the pattern";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+std::size_t count_nodes(cudaGraph_t graph, cudaGraphNodeType type)
+{
+  std::size_t n = 0;
+  if (graph == nullptr || cudaGraphGetNodes(graph, nullptr, &n) != cudaSuccess) { return 0; }
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (cudaGraphGetNodes(graph, nodes.data(), &n) != cudaSuccess) { return 0; }
+  std::size_t matching = 0;
+  for (auto* node : nodes) {
+    cudaGraphNodeType t{};
+    if (cudaGraphNodeGetType(node, &t) == cudaSuccess && t == type) { ++matching; }
+  }
+  return matching;
+}
+
 capture_scope::capture_scope(cudaStream_t stream, cudaStreamCaptureMode mode)
-  : stream_{stream}, begin_status_{cudaStreamBeginCapture(stream, mode)}
+    : stream_{stream}, begin_status_{cudaStreamBeginCapture(stream, mode)}
 {
   if (begin_status_ != cudaSuccess) { cudaGetLastError(); }
 }
@@ -261,9 +291,7 @@ cudaError_t instantiate_and_run(cudaGraph_t graph, cudaStream_t stream)
 }
 
 device_scratch::device_scratch(std::size_t bytes)
-{
-  EXPECT_EQ(cudaSuccess, cudaMalloc(&ptr_, bytes));
-}
+{ EXPECT_EQ(cudaSuccess, cudaMalloc(&ptr_, bytes)); }
 
 device_scratch::~device_scratch()
 {

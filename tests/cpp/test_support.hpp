@@ -28,6 +28,8 @@ namespace asyncmr::test {
 
 inline constexpr std::size_t mib             = std::size_t{1} << 20;
 inline constexpr std::uint64_t max_threshold = std::numeric_limits<std::uint64_t>::max();
+/// @brief The seed of the pattern the test kernels write (see test_kernels.hpp).
+inline constexpr std::uint32_t test_seed = 0x5eed1234u;
 
 /// @brief Why device 0 cannot run the GPU tests ("" when it can). Computed once per process.
 [[nodiscard]] std::string const& no_device_reason();
@@ -39,12 +41,10 @@ inline constexpr std::uint64_t max_threshold = std::numeric_limits<std::uint64_t
 [[nodiscard]] int device_count();
 
 /// @brief Skips the running test with `reason` unless it is empty. Use in a test body or SetUp.
-#define ASYNCMR_SKIP_IF(reason_expr)                               \
-  do {                                                             \
-    std::string const asyncmr_skip_reason_ = (reason_expr);        \
-    if (!asyncmr_skip_reason_.empty()) {                           \
-      GTEST_SKIP() << asyncmr_skip_reason_;                        \
-    }                                                              \
+#define ASYNCMR_SKIP_IF(reason_expr)                                             \
+  do {                                                                           \
+    std::string const asyncmr_skip_reason_ = (reason_expr);                      \
+    if (!asyncmr_skip_reason_.empty()) { GTEST_SKIP() << asyncmr_skip_reason_; } \
   } while (0)
 
 // ---- the driver's view, read without asyncmr --------------------------------------------------
@@ -99,6 +99,17 @@ class GpuTest : public ::testing::Test {
                                                                   std::size_t bytes,
                                                                   bool host_reads,
                                                                   cudaStream_t stream);
+
+/**
+ * @brief Copies `bytes` bytes at device-accessible `ptr` to the host (synchronously) and
+ * succeeds when every word holds the pattern for `seed`.
+ */
+[[nodiscard]] ::testing::AssertionResult holds_pattern(void const* ptr,
+                                                       std::size_t bytes,
+                                                       std::uint32_t seed = test_seed);
+
+/// @brief How many nodes of `type` `graph` has (e.g. `cudaGraphNodeTypeMemAlloc`).
+[[nodiscard]] std::size_t count_nodes(cudaGraph_t graph, cudaGraphNodeType type);
 
 /**
  * @brief A stream capture that cannot outlive the test: the destructor ends it (if `end()` was
@@ -182,9 +193,7 @@ using resource_kinds = ::testing::Types<device_kind, managed_kind, pinned_kind>;
 struct kind_names {
   template <class Kind>
   static std::string GetName(int)
-  {
-    return Kind::name;
-  }
+  { return Kind::name; }
 };
 
 /// @brief A GPU test run once per resource kind; skips kinds this device cannot serve.

@@ -1,0 +1,358 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+
+// mem_pool: typed attribute access, peaks, trim, the CUDA 13.2 attributes on older drivers,
+// routing (make_current) and the lifetime of owned pools and views.
+
+#include "test_support.hpp"
+
+#include <optional>
+#include <stdexcept>
+
+namespace asyncmr::test {
+namespace {
+
+using attr = pool_attribute;
+
+class MemPoolTest : public GpuTest {
+ protected:
+  /// @brief Allocates `bytes` from `pool` on the test's stream, frees them and waits.
+  void allocate_free_sync(mem_pool const& pool, std::size_t bytes)
+  {
+    void* p = nullptr;
+    ASSERT_EQ(cudaSuccess, cudaMallocFromPoolAsync(&p, bytes, pool.handle(), stream()));
+    ASSERT_EQ(cudaSuccess, cudaFreeAsync(p, stream()));
+    ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(stream()));
+  }
+};
+
+// ---- views and owned pools -------------------------------------------------------------------
+
+TEST_F(MemPoolTest, DefaultPoolIsAViewOfTheDriversDefaultPool)
+{
+  auto const pool = mem_pool::default_pool(location::device(0), allocation_type::device);
+  EXPECT_EQ(pool.handle(), driver_default_pool(location::device(0), allocation_type::device));
+  EXPECT_FALSE(pool.owned());
+  EXPECT_EQ(pool.where(), location::device(0));
+  EXPECT_EQ(pool.type(), allocation_type::device);
+}
+
+TEST_F(MemPoolTest, CurrentPoolIsTheDriversCurrentPool)
+{
+  auto const pool = mem_pool::current(location::device(0), allocation_type::device);
+  EXPECT_EQ(pool.handle(), driver_current_pool(location::device(0), allocation_type::device));
+  EXPECT_FALSE(pool.owned());
+}
+
+TEST_F(MemPoolTest, CreatedPoolIsOwnedAndKeepsItsProperties)
+{
+  pool_properties props{};
+  props.max_size  = 32 * mib;
+  auto const pool = mem_pool::create(props);
+  EXPECT_TRUE(pool.owned());
+  EXPECT_NE(pool.handle(), driver_default_pool(location::device(0), allocation_type::device));
+  ASSERT_TRUE(pool.properties().has_value());
+  EXPECT_EQ(pool.properties()->max_size, 32 * mib);
+  EXPECT_EQ(pool.where(), location::device(0));
+  EXPECT_EQ(pool.type(), allocation_type::device);
+}
+
+TEST_F(MemPoolTest, CreatedPoolKeepsWhatItReservesByDefault)
+{
+  auto const pool = mem_pool::create(pool_properties{});
+  EXPECT_EQ(pool.get<attr::release_threshold>(), max_threshold);
+  EXPECT_EQ(driver_threshold(pool.handle()), max_threshold);
+}
+
+TEST_F(MemPoolTest, CreatedPoolTakesTheGivenThreshold)
+{
+  pool_properties props{};
+  props.release_threshold = 0;
+  auto const pool         = mem_pool::create(props);
+  EXPECT_EQ(driver_threshold(pool.handle()), 0u);
+}
+
+TEST_F(MemPoolTest, FromHandleRejectsNull)
+{ EXPECT_THROW(static_cast<void>(mem_pool::from_handle(nullptr)), std::invalid_argument); }
+
+TEST_F(MemPoolTest, ImpossibleLocationAndTypePairsThrowInvalidArgument)
+{
+  EXPECT_THROW(static_cast<void>(mem_pool::default_pool(location::host(), allocation_type::device)),
+               std::invalid_argument);
+  EXPECT_THROW(
+    static_cast<void>(mem_pool::default_pool(location::device(0), allocation_type::pinned)),
+    std::invalid_argument);
+  pool_properties props{};
+  props.where = location::host();  // device memory on the host
+  EXPECT_THROW(static_cast<void>(mem_pool::create(props)), std::invalid_argument);
+}
+
+TEST_F(MemPoolTest, CloseIsIdempotentAndSeenThroughEveryCopy)
+{
+  auto pool       = mem_pool::create(pool_properties{});
+  auto const copy = pool;
+  pool.close();
+  EXPECT_NO_THROW(pool.close());
+  EXPECT_TRUE(pool.closed());
+  EXPECT_TRUE(copy.closed());
+  EXPECT_EQ(copy.handle_or_null(), nullptr);
+}
+
+TEST_F(MemPoolTest, ClosedPoolThrowsPoolClosedErrorOnUse)
+{
+  auto pool = mem_pool::create(pool_properties{});
+  pool.close();
+  EXPECT_THROW(static_cast<void>(pool.handle()), pool_closed_error);
+  EXPECT_THROW(static_cast<void>(pool.get<attr::release_threshold>()), pool_closed_error);
+  EXPECT_THROW(pool.set<attr::release_threshold>(0), pool_closed_error);
+  EXPECT_THROW(pool.trim_to(0), pool_closed_error);
+  EXPECT_THROW(static_cast<void>(pool.access(0)), pool_closed_error);
+  EXPECT_THROW(static_cast<void>(pool.make_current()), pool_closed_error);
+}
+
+TEST_F(MemPoolTest, ClosingAViewLeavesTheDriverPoolAlive)
+{
+  auto view                  = mem_pool::default_pool(location::device(0), allocation_type::device);
+  cudaMemPool_t const handle = view.handle();
+  view.close();
+  EXPECT_TRUE(view.closed());
+  // The default pool is never destroyed, so asking the driver about it is safe here.
+  std::uint64_t threshold = 0;
+  EXPECT_EQ(cudaSuccess,
+            cudaMemPoolGetAttribute(handle, cudaMemPoolAttrReleaseThreshold, &threshold));
+  EXPECT_EQ(mem_pool::default_pool(location::device(0), allocation_type::device).handle(), handle);
+}
+
+TEST_F(MemPoolTest, OwnedPoolIsDestroyedWithItsLastCopy)
+{
+  // The destroyed handle must not be asked anything. What is observable: an owned pool that is
+  // current routes its location back to the default pool when it is destroyed, and not before.
+  auto const loc = location::device(0);
+  auto const def = driver_default_pool(loc, allocation_type::device);
+  std::optional<mem_pool> first{mem_pool::create(pool_properties{})};
+  std::optional<mem_pool> second{*first};
+  cudaMemPool_t const handle = first->handle();
+  static_cast<void>(first->make_current());
+  ASSERT_EQ(driver_current_pool(loc, allocation_type::device), handle);
+
+  first.reset();
+  EXPECT_FALSE(second->closed());
+  EXPECT_EQ(driver_current_pool(loc, allocation_type::device), handle) << "destroyed too early";
+
+  second.reset();
+  EXPECT_EQ(driver_current_pool(loc, allocation_type::device), def)
+    << "not destroyed, or left current";
+}
+
+// ---- typed attributes ------------------------------------------------------------------------
+
+TEST_F(MemPoolTest, ReleaseThresholdRoundTripsThroughTypedAccessors)
+{
+  auto pool = mem_pool::create(pool_properties{});
+  for (std::uint64_t const value :
+       {std::uint64_t{0}, std::uint64_t{12345}, 3 * std::uint64_t{mib}, max_threshold}) {
+    pool.set<attr::release_threshold>(value);
+    EXPECT_EQ(pool.get<attr::release_threshold>(), value);
+    EXPECT_EQ(driver_threshold(pool.handle()), value);
+  }
+}
+
+TEST_F(MemPoolTest, ReuseFlagsRoundTripThroughTypedAccessors)
+{
+  auto pool = mem_pool::create(pool_properties{});
+  for (bool const value : {false, true, false}) {
+    pool.set<attr::reuse_follow_event_dependencies>(value);
+    pool.set<attr::reuse_allow_opportunistic>(value);
+    pool.set<attr::reuse_allow_internal_dependencies>(value);
+    EXPECT_EQ(pool.get<attr::reuse_follow_event_dependencies>(), value);
+    EXPECT_EQ(pool.get<attr::reuse_allow_opportunistic>(), value);
+    EXPECT_EQ(pool.get<attr::reuse_allow_internal_dependencies>(), value);
+  }
+}
+
+TEST_F(MemPoolTest, ReuseFlagsReadTheDriversValue)
+{
+  auto pool = mem_pool::create(pool_properties{});
+  int on    = 1;
+  int off   = 0;
+  ASSERT_EQ(cudaSuccess,
+            cudaMemPoolSetAttribute(pool.handle(), cudaMemPoolReuseAllowOpportunistic, &on));
+  EXPECT_TRUE(pool.get<attr::reuse_allow_opportunistic>());
+  ASSERT_EQ(cudaSuccess,
+            cudaMemPoolSetAttribute(pool.handle(), cudaMemPoolReuseAllowOpportunistic, &off));
+  EXPECT_FALSE(pool.get<attr::reuse_allow_opportunistic>());
+}
+
+TEST_F(MemPoolTest, ResetPeaksBringsHighWaterMarksDownToCurrent)
+{
+  auto pool = mem_pool::create(pool_properties{});
+  allocate_free_sync(pool, 4 * mib);
+  ASSERT_GE(pool.get<attr::used_mem_high>(), 4 * mib);
+  pool.reset_peaks();
+  EXPECT_EQ(pool.get<attr::used_mem_high>(), pool.get<attr::used_mem_current>());
+  EXPECT_EQ(pool.get<attr::reserved_mem_high>(), pool.get<attr::reserved_mem_current>());
+}
+
+TEST_F(MemPoolTest, TrimToZeroAfterFreeAndSyncReleasesReservedMemory)
+{
+  auto pool = mem_pool::create(pool_properties{});  // threshold max: nothing released on sync
+  allocate_free_sync(pool, 64 * mib);
+  auto const before = pool.get<attr::reserved_mem_current>();
+  ASSERT_GE(before, 64 * mib) << "the pool should keep the freed 64 MiB";
+  pool.trim_to(0);
+  auto const after = pool.get<attr::reserved_mem_current>();
+  EXPECT_LT(after, before) << "trim_to(0) released nothing";
+}
+
+TEST_F(MemPoolTest, TrimToKeepsAtLeastTheGivenBytes)
+{
+  auto pool = mem_pool::create(pool_properties{});
+  allocate_free_sync(pool, 64 * mib);
+  pool.trim_to(16 * mib);
+  EXPECT_GE(pool.get<attr::reserved_mem_current>(), 16 * mib);
+}
+
+// ---- CUDA 13.2 attributes --------------------------------------------------------------------
+
+TEST_F(MemPoolTest, OwnedPoolAnswersCuda132AttributesFromItsCreationProperties)
+{
+  // On a driver older than 13.2 asyncmr answers these itself; on a newer one the driver does.
+  // The answers must be the same.
+  pool_properties props{};
+  props.max_size  = 64 * mib;
+  auto const pool = mem_pool::create(props);
+  EXPECT_EQ(pool.get<attr::max_pool_size>(), 64 * mib);
+  EXPECT_EQ(pool.get<attr::location_type>(), static_cast<int>(cudaMemLocationTypeDevice));
+  EXPECT_EQ(pool.get<attr::location_id>(), 0);
+  EXPECT_EQ(pool.get<attr::allocation_type>(), static_cast<int>(cudaMemAllocationTypePinned));
+  EXPECT_EQ(pool.get<attr::export_handle_types>(), 0);
+  EXPECT_FALSE(pool.get<attr::hw_decompress_enabled>());
+}
+
+TEST_F(MemPoolTest, DefaultPoolAnswersItsLocationAndAllocationType)
+{
+  auto const pool = mem_pool::default_pool(location::device(0), allocation_type::device);
+  EXPECT_EQ(pool.get<attr::location_type>(), static_cast<int>(cudaMemLocationTypeDevice));
+  EXPECT_EQ(pool.get<attr::location_id>(), 0);
+  EXPECT_EQ(pool.get<attr::allocation_type>(), static_cast<int>(cudaMemAllocationTypePinned));
+}
+
+TEST_F(MemPoolTest, AdoptedHandleWithLocationAnswersItsLocation)
+{
+  auto const owner = mem_pool::create(pool_properties{});
+  auto const view =
+    mem_pool::from_handle(owner.handle(), false, location::device(0), allocation_type::device);
+  EXPECT_FALSE(view.owned());
+  EXPECT_EQ(view.get<attr::location_type>(), static_cast<int>(cudaMemLocationTypeDevice));
+  EXPECT_EQ(view.type(), allocation_type::device);
+}
+
+TEST_F(MemPoolTest, AdoptedHandleWithoutLocationThrowsUnsupportedOnDriversBefore13_2)
+{
+  int const driver = versions().driver;
+  if (driver >= 13020) {
+    GTEST_SKIP() << "driver " << version_string(driver) << " answers CUDA 13.2 attributes itself";
+  }
+  auto const owner = mem_pool::create(pool_properties{});
+  auto const view  = mem_pool::from_handle(owner.handle());
+  int newer_rows   = 0;
+  for (auto const& row : attribute_table) {
+    if (row.min_driver <= driver) { continue; }
+    ++newer_rows;
+    EXPECT_THROW(static_cast<void>(view.get_attribute(row.attribute)), unsupported_error)
+      << row.name;
+  }
+  EXPECT_GT(newer_rows, 0);
+  EXPECT_FALSE(view.where().has_value());
+  EXPECT_FALSE(view.type().has_value());
+}
+
+TEST_F(MemPoolTest, AdoptedHandleWithoutLocationCannotMakeCurrentOnDriversBefore13_2)
+{
+  int const driver = versions().driver;
+  if (driver >= 13020) {
+    GTEST_SKIP() << "driver " << version_string(driver) << " reports a pool's location itself";
+  }
+  auto const owner = mem_pool::create(pool_properties{});
+  auto const view  = mem_pool::from_handle(owner.handle());
+  EXPECT_THROW(static_cast<void>(view.make_current()), unsupported_error);
+}
+
+TEST_F(MemPoolTest, AdoptedHandleWithoutLocationAsksDrivers13_2AndLater)
+{
+  int const driver = versions().driver;
+  if (driver < 13020) {
+    GTEST_SKIP() << "driver " << version_string(driver) << " cannot report a pool's location";
+  }
+  auto const owner = mem_pool::create(pool_properties{});
+  auto const view  = mem_pool::from_handle(owner.handle());
+  EXPECT_EQ(view.where(), location::device(0));
+  EXPECT_EQ(view.type(), allocation_type::device);
+}
+
+// ---- routing ---------------------------------------------------------------------------------
+
+TEST_F(MemPoolTest, MakeCurrentReturnsThePreviousPoolAndRoutesMemGetMemPool)
+{
+  auto const loc    = location::device(0);
+  auto const before = driver_current_pool(loc, allocation_type::device);
+  auto const pool   = mem_pool::create(pool_properties{});
+
+  auto const previous = pool.make_current();
+  EXPECT_EQ(previous.handle(), before);
+  EXPECT_FALSE(previous.owned());
+  EXPECT_EQ(driver_current_pool(loc, allocation_type::device), pool.handle());
+  EXPECT_EQ(mem_pool::current(loc, allocation_type::device), pool);
+
+  auto const replaced = previous.make_current();
+  EXPECT_EQ(replaced.handle(), pool.handle());
+  EXPECT_EQ(driver_current_pool(loc, allocation_type::device), before);
+}
+
+TEST_F(MemPoolTest, MakeCurrentRoutesCudaMallocAsync)
+{
+  auto const pool     = mem_pool::create(pool_properties{});
+  auto const previous = pool.make_current();
+  void* p             = nullptr;
+  ASSERT_EQ(cudaSuccess, cudaMallocAsync(&p, 2 * mib, stream()));
+  EXPECT_GE(pool.get<attr::used_mem_current>(), 2 * mib);
+  EXPECT_EQ(cudaSuccess, cudaFreeAsync(p, stream()));
+  EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(stream()));
+  static_cast<void>(previous.make_current());
+}
+
+TEST_F(MemPoolTest, ClosingTheCurrentOwnedPoolRoutesItsLocationBackToTheDefault)
+{
+  auto const loc = location::device(0);
+  auto pool      = mem_pool::create(pool_properties{});
+  static_cast<void>(pool.make_current());
+  ASSERT_EQ(driver_current_pool(loc, allocation_type::device), pool.handle());
+  pool.close();
+  EXPECT_EQ(driver_current_pool(loc, allocation_type::device),
+            driver_default_pool(loc, allocation_type::device));
+}
+
+// ---- access ----------------------------------------------------------------------------------
+
+TEST_F(MemPoolTest, CreatedHostPoolStartsWithoutDeviceAccessUntilGranted)
+{
+  ASYNCMR_SKIP_IF(host_pools_unavailable());
+  pool_properties props{};
+  props.type  = allocation_type::pinned;
+  props.where = location::host();
+  auto pool   = mem_pool::create(props);
+  EXPECT_EQ(pool.access(0), access_mode::none);
+  pool.set_access({0}, access_mode::read_write);
+  EXPECT_EQ(pool.access(0), access_mode::read_write);
+}
+
+TEST_F(MemPoolTest, AccessOfAnUnknownDeviceThrowsOutOfRange)
+{
+  auto const pool = mem_pool::create(pool_properties{});
+  EXPECT_THROW(static_cast<void>(pool.access(device_count())), std::out_of_range);
+  EXPECT_THROW(static_cast<void>(pool.access(-1)), std::out_of_range);
+}
+
+}  // namespace
+}  // namespace asyncmr::test
