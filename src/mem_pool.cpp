@@ -13,9 +13,12 @@
 #include <asyncmr/error.hpp>
 #include <asyncmr/mem_pool.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <limits>
 #include <mutex>
+#include <unordered_map>
+#include <unordered_set>
 #include <stdexcept>
 #include <string>
 
@@ -95,6 +98,90 @@ void route(location const& where, allocation_type type, cudaMemPool_t handle)
 
 }  // namespace
 
+// ---- owned pools: the registry and the deferred destruction ----------------------------------
+//
+// Two process-wide lists, both under one mutex:
+// - every live pool asyncmr owns, by handle, so that adopting such a handle as a view shares
+//   the owner's state and sees its close() instead of using a destroyed handle;
+// - pools closed while allocations were still live ("parked"). On the H200 with driver 580,
+//   destroying a pool and then freeing one of its blocks crashed the process at a later
+//   synchronization, although the documentation allows it. Parked pools are trimmed and
+//   destroyed once nothing is allocated from them, at the next close or create.
+namespace {
+
+struct owned_pools {
+  std::mutex mutex;
+  std::unordered_map<cudaMemPool_t, std::weak_ptr<pool_state>> live;
+  std::vector<cudaMemPool_t> parked;
+  // Handles asyncmr destroyed (until the driver hands one out again): adopting one is refused
+  // instead of passing a dangling handle to the driver.
+  std::unordered_set<cudaMemPool_t> destroyed;
+};
+
+owned_pools& registry()
+{
+  static auto* pools = new owned_pools{};  // never destroyed: used until the process ends
+  return *pools;
+}
+
+// True if the driver says nothing is allocated from `h`; false when it says otherwise or
+// cannot answer (then the pool is kept rather than risked).
+bool nothing_allocated(cudaMemPool_t h) noexcept
+{
+  std::uint64_t used = 1;
+  if (cudaMemPoolGetAttribute(h, cudaMemPoolAttrUsedMemCurrent, &used) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return used == 0;
+}
+
+void destroy(owned_pools& pools, cudaMemPool_t h) noexcept
+{
+  cudaMemPoolDestroy(h);
+  cudaGetLastError();
+  pools.destroyed.insert(h);
+}
+
+// Destroys the parked pools that have become empty. Caller holds the registry mutex.
+void sweep_parked(owned_pools& pools) noexcept
+{
+  std::erase_if(pools.parked, [&](cudaMemPool_t h) {
+    if (!nothing_allocated(h)) { return false; }
+    destroy(pools, h);
+    return true;
+  });
+}
+
+}  // namespace
+
+void register_owned(std::shared_ptr<pool_state> const& state)
+{
+  auto& pools = registry();
+  std::lock_guard<std::mutex> lock{pools.mutex};
+  relaxed_capture_guard guard;
+  sweep_parked(pools);
+  cudaMemPool_t const h = state->handle.load();
+  pools.destroyed.erase(h);
+  pools.live[h] = state;
+}
+
+bool was_destroyed(cudaMemPool_t handle)
+{
+  auto& pools = registry();
+  std::lock_guard<std::mutex> lock{pools.mutex};
+  return pools.destroyed.contains(handle) ||
+         std::find(pools.parked.begin(), pools.parked.end(), handle) != pools.parked.end();
+}
+
+std::shared_ptr<pool_state> find_owned(cudaMemPool_t handle)
+{
+  auto& pools = registry();
+  std::lock_guard<std::mutex> lock{pools.mutex};
+  auto const it = pools.live.find(handle);
+  return it == pools.live.end() ? nullptr : it->second.lock();
+}
+
 void pool_state::close() noexcept
 {
   std::lock_guard<std::mutex> lock{close_mutex};
@@ -111,13 +198,23 @@ void pool_state::close() noexcept
     } catch (...) {  // NOLINT(bugprone-empty-catch): best effort in a destructor
     }
   }
-  cudaMemPoolDestroy(h);
+  auto& pools = registry();
+  std::lock_guard<std::mutex> registry_lock{pools.mutex};
+  pools.live.erase(h);
+  if (nothing_allocated(h)) {
+    destroy(pools, h);
+  } else {
+    cudaMemPoolTrimTo(h, 0);  // give back what is not in use now
+    pools.parked.push_back(h);
+  }
   cudaGetLastError();
+  sweep_parked(pools);
 }
 
 }  // namespace detail
 
-mem_pool::mem_pool(std::shared_ptr<detail::pool_state> state) noexcept : state_{std::move(state)}
+mem_pool::mem_pool(std::shared_ptr<detail::pool_state> state, bool view) noexcept
+  : state_{std::move(state)}, view_{view}
 {
 }
 
@@ -163,6 +260,7 @@ mem_pool mem_pool::create(pool_properties const& props)
   state->where = props.where;
   state->type  = props.type;
   state->props = props;
+  detail::register_owned(state);
   mem_pool pool{std::move(state)};  // destroys the driver pool if the threshold call throws
   pool.set<pool_attribute::release_threshold>(
     props.release_threshold.value_or(std::numeric_limits<std::uint64_t>::max()));
@@ -177,6 +275,14 @@ mem_pool mem_pool::from_handle(cudaMemPool_t handle,
   if (handle == nullptr) { throw std::invalid_argument{"asyncmr: pool handle is null (0)"}; }
   require_cuda();
   if (where && type) { detail::validate_combination(*where, *type, false); }
+  if (auto shared = detail::find_owned(handle)) {
+    // asyncmr owns this pool elsewhere: share that state, as a view unless ownership is
+    // asked for (then the owner's copies and this one own it together).
+    return mem_pool{std::move(shared), !owned};
+  }
+  if (detail::was_destroyed(handle)) {
+    throw std::invalid_argument{"asyncmr: pool handle was destroyed (closed by asyncmr)"};
+  }
   auto state    = std::make_shared<detail::pool_state>();
   state->handle = handle;
   state->where  = where;
@@ -186,6 +292,7 @@ mem_pool mem_pool::from_handle(cudaMemPool_t handle,
   mem_pool pool{state};
   static_cast<void>(pool.get<pool_attribute::release_threshold>());
   state->owned = owned;
+  if (owned) { detail::register_owned(state); }
   return pool;
 }
 
@@ -201,7 +308,7 @@ cudaMemPool_t mem_pool::handle_or_null() const noexcept
   return state_->handle.load(std::memory_order_acquire);
 }
 
-bool mem_pool::owned() const noexcept { return state_->owned; }
+bool mem_pool::owned() const noexcept { return state_->owned && !view_; }
 
 bool mem_pool::closed() const noexcept { return handle_or_null() == nullptr; }
 
@@ -382,7 +489,16 @@ mem_pool mem_pool::make_current() const
   return previous;
 }
 
-void mem_pool::close() { state_->close(); }
+void mem_pool::close()
+{
+  if (view_) {
+    // A view stops being usable; the pool and its owner are left alone.
+    state_ = std::make_shared<detail::pool_state>();
+    view_  = false;
+    return;
+  }
+  state_->close();
+}
 
 bool mem_pool::operator==(mem_pool const& other) const noexcept
 {

@@ -139,9 +139,10 @@ class mem_pool {
   mem_pool make_current() const;
 
   /**
-   * @brief Destroys an owned pool now (a view just stops being usable). Idempotent. Live
-   * allocations stay valid until freed; every later use of this pool through any copy throws
-   * `pool_closed_error`.
+   * @brief Destroys an owned pool (a view just stops being usable). Idempotent. Every later use
+   * of this pool through any copy throws `pool_closed_error`. Live allocations stay valid until
+   * freed: while any exist, the driver pool is trimmed and its destruction deferred to a later
+   * close or create, because freeing into a destroyed pool crashed the 13.0 driver.
    */
   void close();
 
@@ -149,8 +150,11 @@ class mem_pool {
   [[nodiscard]] bool operator==(mem_pool const& other) const noexcept;
 
  private:
-  explicit mem_pool(std::shared_ptr<detail::pool_state> state) noexcept;
+  explicit mem_pool(std::shared_ptr<detail::pool_state> state, bool view = false) noexcept;
   std::shared_ptr<detail::pool_state> state_;
+  // A view of a pool asyncmr owns elsewhere: it shares the owner's state (so it sees the
+  // owner's close() instead of using a destroyed handle) but neither owns nor closes it.
+  bool view_{false};
 };
 
 }  // namespace asyncmr
