@@ -253,7 +253,15 @@ mem_pool mem_pool::create(pool_properties const& props)
   {
     detail::relaxed_capture_guard guard;
     cudaMemPool_t handle = nullptr;
-    ASYNCMR_CUDA_TRY(cudaMemPoolCreate(&handle, &p));
+    auto const status    = cudaMemPoolCreate(&handle, &p);
+    if (status == cudaErrorInvalidValue && props.type == allocation_type::managed &&
+        props.max_size != 0) {
+      cudaGetLastError();
+      throw std::invalid_argument{
+        "asyncmr: managed pools cannot be bounded: cudaMemPoolCreate refuses a max_size for "
+        "managed memory (cudaErrorInvalidValue); leave max_size at 0"};
+    }
+    ASYNCMR_CUDA_TRY(status);
     state->handle = handle;
   }
   state->owned = true;

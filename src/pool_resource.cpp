@@ -58,8 +58,18 @@ void require_type(mem_pool const& pool, allocation_type expected, char const* re
 
 }  // namespace
 
+void require_devices(std::optional<std::vector<int>> const& devices)
+{
+  if (devices) {
+    for (int const d : *devices) { require_device(d); }
+  }
+}
+
 mem_pool acquire_pool(pool_request const& request)
 {
+  // Every argument is checked before the first change to a (possibly shared) pool, so a
+  // refused construction leaves every pool as it was.
+  require_devices(request.accessible_from);
   mem_pool pool = [&] {
     switch (request.source) {
       case pool_source::current: return mem_pool::current(request.where, request.type);
@@ -83,6 +93,8 @@ void configure_adopted_pool(mem_pool& pool,
                             std::optional<std::vector<int>> const& accessible_from,
                             bool host_pool)
 {
+  static_cast<void>(pool.handle());  // a closed pool is refused here, not at first use
+  require_devices(accessible_from);
   if (release_threshold) { pool.set<pool_attribute::release_threshold>(*release_threshold); }
   if (host_pool) { grant_access(pool, accessible_from); }
 }
@@ -190,6 +202,7 @@ async_managed_memory_resource::async_managed_memory_resource(managed_resource_op
 async_managed_memory_resource::async_managed_memory_resource(mem_pool pool,
                                                              managed_resource_options const& o)
   : pool_resource_base{[&] {
+      static_cast<void>(pool.handle());
       detail::require_type(pool, allocation_type::managed, "AsyncManagedMR");
       // A host-located managed pool starts with no device access. When the driver cannot
       // say where an adopted pool lives, its answer to "can the resource's device access

@@ -154,17 +154,48 @@ def test_cuda_13_2_attributes_of_shared_pools(gpu):
         assert "max_pool_size" not in a.as_dict()
 
 
-def test_cuda_13_2_attributes_of_adopted_handles(gpu):
-    with MemPool.create(Location.device(0), "device") as owner:
-        adopted = MemPool.from_handle(owner.handle)
-        if driver_has_13_2():
-            assert adopted.location == Location.device(0)
-        else:
-            assert adopted.location is None and adopted.allocation_type is None
-            with pytest.raises(asyncmr.UnsupportedError, match="13.2"):
-                adopted.attributes.location_type
-            with pytest.raises(asyncmr.UnsupportedError, match="location"):
-                adopted.make_current()
+def test_cuda_13_2_attributes_of_foreign_handles(gpu):
+    # A handle asyncmr did not obtain by location (here the default pool's, adopted raw).
+    adopted = MemPool.from_handle(MemPool.default(Location.device(0), "device").handle)
+    if driver_has_13_2():
+        assert adopted.location == Location.device(0)
+    else:
+        assert adopted.location is None and adopted.allocation_type is None
+        with pytest.raises(asyncmr.UnsupportedError, match="13.2"):
+            adopted.attributes.location_type
+        with pytest.raises(asyncmr.UnsupportedError, match="location"):
+            adopted.make_current()
+    told = MemPool.from_handle(adopted.handle, location=Location.device(0),
+                               allocation_type="device")
+    assert told.location == Location.device(0) and told.attributes.location_type == "device"
+
+
+def test_adopting_an_owned_handle_shares_its_state(gpu):
+    with MemPool.create(Location.device(0), "device", max_size=128 * MiB) as owner:
+        handle = owner.handle
+        view = MemPool.from_handle(handle)
+        assert not view.owned
+        assert view.location == Location.device(0)  # known from the owner
+        assert view.attributes.max_pool_size == 128 * MiB
+    assert view.closed  # the owner's close reaches the view: no dangling handle
+    with pytest.raises(ValueError, match="destroyed"):
+        MemPool.from_handle(handle)
+
+
+def test_closing_with_live_allocations_defers_destruction(gpu):
+    pool = MemPool.create(Location.device(0), "device")
+    handle = pool.handle
+    mr = AsyncDeviceMR(pool=pool)
+    ptr = mr.allocate(MiB)
+    pool.close()  # a block is still live: the driver pool must outlive it
+    with pytest.raises(asyncmr.PoolClosedError):
+        mr.allocate(MiB)
+    mr.deallocate(ptr, MiB)  # freeing into the closed pool is safe
+    sync()
+    with pytest.raises(ValueError, match="destroyed"):
+        MemPool.from_handle(handle)
+    AsyncDeviceMR(pool="new")  # a later create destroys the parked pool
+    sync()
 
 
 def test_scoped_sets_and_restores(owned_device_pool):

@@ -207,15 +207,26 @@ bool parse_args(int argc, char** argv, params& p)
   return true;
 }
 
-void write_table(std::ostream& os,
-                 std::vector<subject> const& subjects,
-                 std::map<std::string, std::map<std::size_t, summary>> const& table)
+using table = std::map<std::string, std::map<std::size_t, summary>>;
+
+/// Everything the program prints.
+struct report {
+  std::string gpu;
+  asyncmr::cuda_versions versions{};
+  params p;
+  std::vector<subject> const* subjects{};
+  table floor;
+  table via_ref;
+  std::map<std::string, std::string> errors;
+};
+
+void write_table(std::ostream& os, std::vector<subject> const& subjects, table const& t)
 {
   os << "{";
   bool first_pool = true;
   for (auto const& s : subjects) {
-    auto const it = table.find(s.key);
-    if (it == table.end()) { continue; }
+    auto const it = t.find(s.key);
+    if (it == t.end()) { continue; }
     os << (first_pool ? "" : ",") << "\"" << s.key << "\":{";
     first_pool      = false;
     bool first_size = true;
@@ -227,6 +238,34 @@ void write_table(std::ostream& os,
     os << "}";
   }
   os << "}";
+}
+
+std::string to_json(report const& r)
+{
+  std::ostringstream os;
+  os.precision(6);
+  os << "{\"meta\":{\"gpu\":\"" << json_escape(r.gpu) << "\",\"driver\":" << r.versions.driver
+     << ",\"runtime\":" << r.versions.runtime << ",\"clock\":\"steady_clock\"}";
+  os << ",\"params\":{\"pairs\":" << r.p.pairs << ",\"rounds\":" << r.p.rounds
+     << ",\"warmup\":" << r.p.warmup << ",\"stream\":\"one non-blocking stream\"}";
+  os << ",\"resources\":{";
+  auto const& subjects = *r.subjects;
+  for (std::size_t i = 0; i < subjects.size(); ++i) {
+    os << (i ? "," : "") << "\"" << subjects[i].key << "\":\"" << json_escape(subjects[i].resource)
+       << "\"";
+  }
+  os << "},\"floor\":";
+  write_table(os, subjects, r.floor);
+  os << ",\"via_ref\":";
+  write_table(os, subjects, r.via_ref);
+  os << ",\"errors\":{";
+  bool first = true;
+  for (auto const& [k, v] : r.errors) {
+    os << (first ? "" : ",") << "\"" << json_escape(k) << "\":\"" << json_escape(v) << "\"";
+    first = false;
+  }
+  os << "}}";
+  return os.str();
 }
 
 }  // namespace
@@ -252,7 +291,6 @@ int main(int argc, char** argv)
   cudaSetDevice(0);
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
-  auto const versions = asyncmr::versions();
 
   cudaStream_t stream{};
   if (auto const e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess) {
@@ -286,13 +324,15 @@ int main(int argc, char** argv)
                                             "AsyncDeviceMR(pool='new')",
                                             device_resource_options{.source = pool_source::owned});
 
-  std::map<std::string, std::map<std::size_t, summary>> floor_table;
-  std::map<std::string, std::map<std::size_t, summary>> ref_table;
-  std::map<std::string, std::string> errors;
+  report out;
+  out.gpu      = prop.name;
+  out.versions = asyncmr::versions();
+  out.p        = p;
+  out.subjects = &subjects;
 
   for (auto& s : subjects) {
     if (!s.error.empty()) {
-      errors[s.key] = s.error;
+      out.errors[s.key] = s.error;
       continue;
     }
     for (std::size_t const bytes : p.sizes) {
@@ -315,38 +355,16 @@ int main(int argc, char** argv)
           }
           sync(stream);
         }
-        floor_table[s.key][bytes] = summarize(floor_us);
-        ref_table[s.key][bytes]   = summarize(ref_us);
+        out.floor[s.key][bytes]   = summarize(floor_us);
+        out.via_ref[s.key][bytes] = summarize(ref_us);
       } catch (std::exception const& e) {
-        errors[s.key + "@" + std::to_string(bytes)] = e.what();
+        out.errors[s.key + "@" + std::to_string(bytes)] = e.what();
         cudaGetLastError();
       }
     }
   }
 
-  std::ostringstream os;
-  os.precision(6);
-  os << "{\"meta\":{\"gpu\":\"" << json_escape(prop.name) << "\",\"driver\":" << versions.driver
-     << ",\"runtime\":" << versions.runtime << ",\"clock\":\"steady_clock\"}";
-  os << ",\"params\":{\"pairs\":" << p.pairs << ",\"rounds\":" << p.rounds
-     << ",\"warmup\":" << p.warmup << ",\"stream\":\"one non-blocking stream\"}";
-  os << ",\"resources\":{";
-  for (std::size_t i = 0; i < subjects.size(); ++i) {
-    os << (i ? "," : "") << "\"" << subjects[i].key << "\":\"" << json_escape(subjects[i].resource)
-       << "\"";
-  }
-  os << "},\"floor\":";
-  write_table(os, subjects, floor_table);
-  os << ",\"via_ref\":";
-  write_table(os, subjects, ref_table);
-  os << ",\"errors\":{";
-  bool first = true;
-  for (auto const& [k, v] : errors) {
-    os << (first ? "" : ",") << "\"" << json_escape(k) << "\":\"" << json_escape(v) << "\"";
-    first = false;
-  }
-  os << "}}";
-  std::puts(os.str().c_str());
+  std::puts(to_json(out).c_str());
 
   keep_alive.clear();  // resources (and owned pools) go before the stream
   cudaStreamDestroy(stream);

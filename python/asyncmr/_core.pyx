@@ -13,6 +13,10 @@ from libcpp.vector cimport vector
 
 from rmm.librmm.memory_resource cimport device_async_resource_ref
 from rmm.pylibrmm.memory_resource._memory_resource cimport DeviceMemoryResource
+from rmm.pylibrmm.stream cimport Stream
+from rmm.pylibrmm.utils cimport as_stream
+
+from rmm.pylibrmm.stream import DEFAULT_STREAM
 
 from asyncmr._cpp cimport (
     async_device_memory_resource,
@@ -69,6 +73,37 @@ cdef extern from *:
         async_pinned_memory_resource&) except +translate_exception
     optional[device_async_resource_ref] make_device_ref "make_device_async_resource_ref"(
         async_device_memory_resource&) except +translate_exception
+
+
+# Allocation through the resource's RMM reference, with asyncmr's exception translation
+# (RMM's own allocate() turns every non-allocation C++ error into RuntimeError).
+cdef extern from *:
+    """
+    #include <cuda/stream>
+    #include <rmm/aligned.hpp>
+    static inline std::uintptr_t resource_allocate(
+        std::optional<cython_device_async_resource_ref> const& ref,
+        std::uintptr_t stream, std::size_t bytes)
+    {
+        rmm::device_async_resource_ref r = ref.value();
+        return reinterpret_cast<std::uintptr_t>(r.allocate(
+            cuda::stream_ref{reinterpret_cast<cudaStream_t>(stream)}, bytes,
+            rmm::CUDA_ALLOCATION_ALIGNMENT));
+    }
+    static inline void resource_deallocate(
+        std::optional<cython_device_async_resource_ref> const& ref,
+        std::uintptr_t stream, std::uintptr_t ptr, std::size_t bytes) noexcept
+    {
+        rmm::device_async_resource_ref r = ref.value();
+        r.deallocate(
+            cuda::stream_ref{reinterpret_cast<cudaStream_t>(stream)},
+            reinterpret_cast<void*>(ptr), bytes, rmm::CUDA_ALLOCATION_ALIGNMENT);
+    }
+    """
+    uintptr_t resource_allocate(const optional[device_async_resource_ref]&, uintptr_t,
+                                size_t) except +translate_exception nogil
+    void resource_deallocate(const optional[device_async_resource_ref]&, uintptr_t,
+                             uintptr_t, size_t) noexcept nogil
 
 
 _ACCESS_NAMES = ("none", "r", "rw")
@@ -326,6 +361,30 @@ cdef class _PoolResource(DeviceMemoryResource):
 
     cdef readonly MemPool pool
 
+    def allocate(self, size_t nbytes, Stream stream=DEFAULT_STREAM):
+        """Allocate ``nbytes`` bytes in stream order on ``stream``; returns the address.
+
+        Raises MemoryError when the pool cannot grow, :class:`asyncmr.PoolClosedError` after
+        the pool was closed, :class:`asyncmr.UnsupportedError` when CUDA refuses the
+        allocation inside a stream capture (host pools). (Allocations made by RMM itself, such
+        as ``rmm.DeviceBuffer``, raise RuntimeError with the same message for the last two.)
+        """
+        stream = as_stream(stream)
+        cdef uintptr_t s = <uintptr_t>stream._cuda_stream
+        cdef uintptr_t ptr
+        cdef optional[device_async_resource_ref] ref = self.c_ref
+        with nogil:
+            ptr = resource_allocate(ref, s, nbytes)
+        return ptr
+
+    def deallocate(self, uintptr_t ptr, size_t nbytes, Stream stream=DEFAULT_STREAM):
+        """Free ``ptr`` (``nbytes`` bytes) in stream order on ``stream``."""
+        stream = as_stream(stream)
+        cdef uintptr_t s = <uintptr_t>stream._cuda_stream
+        cdef optional[device_async_resource_ref] ref = self.c_ref
+        with nogil:
+            resource_deallocate(ref, s, ptr, nbytes)
+
     @property
     def pool_handle(self):
         """The ``cudaMemPool_t`` this resource allocates from, as an int."""
@@ -446,7 +505,7 @@ cdef class AsyncPinnedMR(_PoolResource):
 
     def __cinit__(self, *, pool="default", numa_node=None, accessible_from="all",
                   release_threshold=None):
-        numa = None if numa_node is None else _validate.device(numa_node)
+        numa = _validate.device(numa_node, "numa_node")
         threshold = _validate.size("release_threshold", release_threshold)
         all_devices, ids = _validate.devices(accessible_from)
         source, adopted = _source_and_adopted(pool)

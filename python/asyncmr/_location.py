@@ -14,8 +14,8 @@ ALLOCATION_TYPES = ("device", "pinned", "managed")
 def _ordinal(what: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{what} must be an int, got {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{what} must be >= 0, got {value}")
+    if not 0 <= value < 2**31:
+        raise ValueError(f"{what} must be in [0, 2**31), got {value}")
     return value
 
 

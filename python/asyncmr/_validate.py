@@ -21,9 +21,9 @@ def size(name: str, value, *, optional: bool = True) -> int | None:
     return value
 
 
-def device(value) -> int | None:
-    """A device ordinal, or None for the current device."""
-    return None if value is None else _ordinal("device", value)
+def device(value, what: str = "device") -> int | None:
+    """A device ordinal (or NUMA node: ``what`` names it), or None for the default."""
+    return None if value is None else _ordinal(what, value)
 
 
 def devices(value) -> tuple[bool, list[int]]:
