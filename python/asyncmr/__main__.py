@@ -8,6 +8,21 @@ import math
 import sys
 
 
+def _read_scalar(cupy, array) -> float:
+    """Copy a 0-d array to the host with cudaMemcpyDefault.
+
+    CuPy's ``.get()`` states a device-to-host copy, which CUDA refuses for pool-allocated
+    pinned memory (it is host memory); the default kind works for every resource.
+    """
+    import numpy as np
+
+    out = np.empty(1, dtype=array.dtype)
+    cupy.cuda.get_current_stream().synchronize()
+    cupy.cuda.runtime.memcpy(out.ctypes.data, array.data.ptr, out.nbytes,
+                             cupy.cuda.runtime.memcpyDefault)
+    return float(out[0])
+
+
 def _demo(args) -> int:
     import asyncmr
 
@@ -50,7 +65,7 @@ def _demo(args) -> int:
                 # A small pipeline with short-lived temporaries, all from this resource.
                 x = cupy.arange(n, dtype=cupy.float64)
                 y = cupy.sqrt(x * x + 1.0) - 1.0
-                total = float((y * 2).sum())
+                total = _read_scalar(cupy, (y * 2).sum())
                 del x, y
                 cupy.cuda.get_current_stream().synchronize()
             counts = stats.allocation_counts

@@ -3,6 +3,7 @@
 """MemPool and the three pool-backed RMM memory resources."""
 
 import contextlib
+import operator
 
 from cython.operator cimport dereference as deref
 from libc.stdint cimport uint64_t, uintptr_t
@@ -361,7 +362,7 @@ cdef class _PoolResource(DeviceMemoryResource):
 
     cdef readonly MemPool pool
 
-    def allocate(self, size_t nbytes, Stream stream=DEFAULT_STREAM):
+    def allocate(self, nbytes, Stream stream=DEFAULT_STREAM):
         """Allocate ``nbytes`` bytes in stream order on ``stream``; returns the address.
 
         Raises MemoryError when the pool cannot grow, :class:`asyncmr.PoolClosedError` after
@@ -369,12 +370,13 @@ cdef class _PoolResource(DeviceMemoryResource):
         allocation inside a stream capture (host pools). (Allocations made by RMM itself, such
         as ``rmm.DeviceBuffer``, raise RuntimeError with the same message for the last two.)
         """
+        cdef size_t n = operator.index(nbytes)  # ints and NumPy ints; never floats
         stream = as_stream(stream)
         cdef uintptr_t s = <uintptr_t>stream._cuda_stream
         cdef uintptr_t ptr
         cdef optional[device_async_resource_ref] ref = self.c_ref
         with nogil:
-            ptr = resource_allocate(ref, s, nbytes)
+            ptr = resource_allocate(ref, s, n)
         return ptr
 
     def deallocate(self, uintptr_t ptr, size_t nbytes, Stream stream=DEFAULT_STREAM):

@@ -248,14 +248,24 @@ TEST_F(MemPoolTest, AdoptedHandleWithLocationAnswersItsLocation)
   EXPECT_EQ(view.type(), allocation_type::device);
 }
 
+namespace {
+// A pool handle asyncmr did not obtain itself (the device's default pool, asked for raw), so
+// asyncmr knows nothing about it. Handles of pools asyncmr owns share the owner's state.
+cudaMemPool_t foreign_device_pool()
+{
+  cudaMemPool_t handle = nullptr;
+  EXPECT_EQ(cudaDeviceGetDefaultMemPool(&handle, 0), cudaSuccess);
+  return handle;
+}
+}  // namespace
+
 TEST_F(MemPoolTest, AdoptedHandleWithoutLocationThrowsUnsupportedOnDriversBefore13_2)
 {
   int const driver = versions().driver;
   if (driver >= 13020) {
     GTEST_SKIP() << "driver " << version_string(driver) << " answers CUDA 13.2 attributes itself";
   }
-  auto const owner = mem_pool::create(pool_properties{});
-  auto const view  = mem_pool::from_handle(owner.handle());
+  auto const view = mem_pool::from_handle(foreign_device_pool());
   int newer_rows   = 0;
   for (auto const& row : attribute_table) {
     if (row.min_driver <= driver) { continue; }
@@ -274,8 +284,7 @@ TEST_F(MemPoolTest, AdoptedHandleWithoutLocationCannotMakeCurrentOnDriversBefore
   if (driver >= 13020) {
     GTEST_SKIP() << "driver " << version_string(driver) << " reports a pool's location itself";
   }
-  auto const owner = mem_pool::create(pool_properties{});
-  auto const view  = mem_pool::from_handle(owner.handle());
+  auto const view = mem_pool::from_handle(foreign_device_pool());
   EXPECT_THROW(static_cast<void>(view.make_current()), unsupported_error);
 }
 
@@ -285,8 +294,7 @@ TEST_F(MemPoolTest, AdoptedHandleWithoutLocationAsksDrivers13_2AndLater)
   if (driver < 13020) {
     GTEST_SKIP() << "driver " << version_string(driver) << " cannot report a pool's location";
   }
-  auto const owner = mem_pool::create(pool_properties{});
-  auto const view  = mem_pool::from_handle(owner.handle());
+  auto const view = mem_pool::from_handle(foreign_device_pool());
   EXPECT_EQ(view.where(), location::device(0));
   EXPECT_EQ(view.type(), allocation_type::device);
 }
