@@ -4,8 +4,9 @@
 #   ci/gpu.sh OUTDIR [STAGE...]
 #
 # Stages (default: build cpp pytest demo): build, cpp (GoogleTest via ctest), pytest (all
-# Python tests), demo, bench (quick benchmark into OUTDIR/bench), sanitizer (compute-sanitizer
-# memcheck over the Python suite), soak (long stress run).
+# Python tests), demo, bench (benchmark into OUTDIR/bench; quick unless BENCH_ARGS is set),
+# sanitizer (compute-sanitizer memcheck over the Python suite, racecheck over the C++ tests),
+# soak (long stress run; ASYNCMR_STRESS_SECONDS, default 240).
 # Needs, in the repository: .whl/core/*.whl (../shared/wheelhouse.sh .whl core) and, for the
 # C++ tests, GoogleTest sources in .gtest (a copy of /usr/src/googletest).
 # Logs: OUTDIR/gpu.log (everything, in order) and one file per stage that writes one.
@@ -55,7 +56,7 @@ if has cpp; then
 fi
 
 if has pytest; then
-  run pytest python3 -m pytest tests -q -rs -p no:cacheprovider --junitxml="$out/pytest.xml"
+  run pytest python3 -m pytest tests -q -rs -p no:cacheprovider
 fi
 
 if has demo; then
@@ -64,7 +65,8 @@ fi
 
 if has bench; then
   floor=build/cpp/benchmarks/cpp/pool_floor
-  run bench python3 -m asyncmr bench --quick --out "$out/bench" --floor-bin "$floor"
+  # BENCH_ARGS="" runs the full benchmark (a few minutes); the default is the quick one.
+  run bench python3 -m asyncmr bench ${BENCH_ARGS---quick} --out "$out/bench" --floor-bin "$floor"
 fi
 
 if has sanitizer; then
