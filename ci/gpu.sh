@@ -73,7 +73,8 @@ if has sanitizer; then
   # Some tests make CUDA calls fail on purpose (bad input, out of memory): those API errors
   # are expected, so memcheck reports memory errors only. Short stress and capture settings
   # keep the instrumented run inside the time limit.
-  ASYNCMR_STRESS_OPS=300 ASYNCMR_CAPTURE_CYCLES=200 run memcheck compute-sanitizer \
+  ASYNCMR_UNDER_SANITIZER=1 ASYNCMR_STRESS_OPS=300 ASYNCMR_CAPTURE_CYCLES=200 \
+    run memcheck compute-sanitizer \
     --tool memcheck --report-api-errors no --error-exitcode 9 --target-processes all \
     python3 -m pytest tests -q -p no:cacheprovider -m "not soak"
   [ -x build/cpp/tests/cpp/asyncmr_tests ] && run racecheck compute-sanitizer --tool racecheck \

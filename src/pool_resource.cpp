@@ -195,7 +195,7 @@ async_managed_memory_resource::async_managed_memory_resource(managed_resource_op
                                    .accessible_from   = o.accessible_from,
                                    .device            = device});
     }()},
-    device_{o.device.value_or(current_device())}
+    device_{o.device ? *o.device : current_device()}
 {
 }
 
@@ -249,7 +249,7 @@ async_device_memory_resource::async_device_memory_resource(device_resource_optio
                                    .release_threshold = o.release_threshold,
                                    .device            = device});
     }()},
-    device_{o.device.value_or(current_device())}
+    device_{o.device ? *o.device : current_device()}
 {
 }
 
