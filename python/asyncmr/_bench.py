@@ -1350,16 +1350,19 @@ def section_pinned_staging(cfg: Config, ctx: Context) -> dict:
     return out
 
 
+def _seconds_row(name: str, e: dict, last: str) -> list:
+    """A table row for a timing in seconds: name, median ms, [p10-p90] ms, one more column."""
+    if "error" in e:
+        return [name, f"error: {e['error'][:60]}", "", ""]
+    return [name, f"{e['median_s'] * 1e3:.1f}",
+            f"[{e['p10_s'] * 1e3:.1f}-{e['p90_s'] * 1e3:.1f}]", last]
+
+
 def print_pinned_staging(res: dict) -> None:
     p = res.get("staging_params", {})
     rows = []
     for name, e in res.get("staging", {}).items():
-        if "error" in e:
-            rows.append([name, f"error: {e['error'][:60]}", "", ""])
-        else:
-            rows.append([name, f"{e['median_s'] * 1e3:.1f}",
-                         f"[{e['p10_s'] * 1e3:.1f}-{e['p90_s'] * 1e3:.1f}]",
-                         f"{e['GBps']:.2f}"])
+        rows.append(_seconds_row(name, e, f"{e.get('GBps', 0):.2f}"))
     print_table(f"{SECTION_TITLES[5]} -- {fmt_size(p.get('total_bytes', 0))} in "
                 f"{fmt_size(p.get('chunk_bytes', 0))} chunks",
                 ["chunk source", "total ms (median)", "[p10-p90]", "GB/s"], rows)
@@ -1470,12 +1473,7 @@ def print_managed_cupy(res: dict) -> None:
     p = res.get("pipeline", {})
     rows = []
     for name, e in res.get("results", {}).items():
-        if "error" in e:
-            rows.append([name, f"error: {e['error'][:60]}", "", ""])
-        else:
-            rows.append([name, f"{e['median_s'] * 1e3:.1f}",
-                         f"[{e['p10_s'] * 1e3:.1f}-{e['p90_s'] * 1e3:.1f}]",
-                         f"{e['ms_per_iteration']:.3f}"])
+        rows.append(_seconds_row(name, e, f"{e.get('ms_per_iteration', 0):.3f}"))
     print_table(f"{SECTION_TITLES[6]} -- {p.get('iterations')} iterations of "
                 f"{p.get('elements')} float32",
                 ["allocator", "wall ms (median)", "[p10-p90]", "ms/iteration"], rows)
