@@ -10,6 +10,8 @@
 
 #include <asyncmr/location.hpp>
 
+#include <string>
+
 namespace asyncmr {
 
 /// @brief CUDA versions as the runtime reports them (e.g. 13000 for 13.0, 13020 for 13.2).

@@ -226,11 +226,6 @@ inline async_device_memory_resource* new_device(mem_pool const* adopt,
                           : new async_device_memory_resource(o);
 }
 
-inline std::string driver_info()
-{
-  auto const v = versions();
-  return version_string(v.driver) + " " + version_string(v.runtime);
-}
 inline int driver_version() { return versions().driver; }
 inline int runtime_version() { return versions().runtime; }
 
