@@ -114,9 +114,16 @@ void require_pool_support(location const& loc, allocation_type type, int device)
 #else
     bool const numa = loc.kind == location_kind::host_numa ||
                       loc.kind == location_kind::host_numa_current;
-    auto const attr = numa ? cudaDevAttrHostNumaMemoryPoolsSupported
-                           : cudaDevAttrHostMemoryPoolsSupported;
-    if (!device_attribute(attr, device)) {
+    // cudaDevAttrHostNumaMemoryPoolsSupported (142) and cudaDevAttrHostMemoryPoolsSupported
+    // (144) are not named by 12.6-12.8 headers; a runtime that does not know them refuses the
+    // query, and then pool creation itself gives the driver's answer.
+    auto const attr = static_cast<cudaDeviceAttr>(numa ? 142 : 144);
+    int supported   = 1;
+    if (cudaDeviceGetAttribute(&supported, attr, device) != cudaSuccess) {
+      cudaGetLastError();
+      supported = 1;
+    }
+    if (supported == 0) {
       throw unsupported_error{std::string{"asyncmr: device "} + std::to_string(device) +
                               " does not support " + (numa ? "host NUMA" : "host") +
                               " memory pools (driver " + version_string(versions().driver) +

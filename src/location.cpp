@@ -12,7 +12,8 @@ cudaMemLocation location::to_cuda() const noexcept
 {
   cudaMemLocation loc{};
   switch (kind) {
-    case location_kind::none: loc.type = cudaMemLocationTypeNone; break;
+    // CUDA 12 headers call the zero value "invalid"; CUDA 13 names it "none".
+    case location_kind::none: loc.type = static_cast<cudaMemLocationType>(0); break;
     case location_kind::device: loc.type = cudaMemLocationTypeDevice; break;
     case location_kind::host: loc.type = cudaMemLocationTypeHost; break;
     case location_kind::host_numa: loc.type = cudaMemLocationTypeHostNuma; break;
