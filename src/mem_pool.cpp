@@ -400,7 +400,7 @@ std::uint64_t mem_pool::get_attribute(pool_attribute attribute) const
   return value;
 }
 
-void mem_pool::set_attribute(pool_attribute attribute, std::uint64_t value)
+void mem_pool::set_attribute(pool_attribute attribute, std::uint64_t value) const
 {
   auto const& row = info(attribute);
   std::string const name{row.name};
@@ -434,20 +434,20 @@ void mem_pool::set_attribute(pool_attribute attribute, std::uint64_t value)
   }
 }
 
-void mem_pool::reset_peaks()
+void mem_pool::reset_peaks() const
 {
   set<pool_attribute::used_mem_high>(0);
   set<pool_attribute::reserved_mem_high>(0);
 }
 
-void mem_pool::trim_to(std::size_t min_bytes_to_keep)
+void mem_pool::trim_to(std::size_t min_bytes_to_keep) const
 {
   cudaMemPool_t const h = handle();
   detail::relaxed_capture_guard guard;
   ASYNCMR_CUDA_TRY(cudaMemPoolTrimTo(h, min_bytes_to_keep));
 }
 
-void mem_pool::set_access(std::vector<int> const& devices, access_mode mode)
+void mem_pool::set_access(std::vector<int> const& devices, access_mode mode) const
 {
   cudaMemPool_t const h = handle();
   detail::relaxed_capture_guard guard;

@@ -49,7 +49,8 @@ struct pool_state;
  * Outstanding allocations keep an owned pool's memory alive in the driver after destruction.
  *
  * Shared pools (default and current) are process-wide: changing their attributes or access
- * affects every user of that pool in the process.
+ * affects every user of that pool in the process. Like a pointer, a const handle still changes
+ * the pool it refers to (attributes, trim, access); only `close()` changes the handle.
  */
 class mem_pool {
  public:
@@ -100,7 +101,7 @@ class mem_pool {
    * watermarks accept only 0 (a reset) and throw `std::invalid_argument` for anything else.
    * Nothing is changed when it throws.
    */
-  void set_attribute(pool_attribute attribute, std::uint64_t value);
+  void set_attribute(pool_attribute attribute, std::uint64_t value) const;
 
   /// @brief Typed read of attribute `A`.
   template <pool_attribute A>
@@ -110,24 +111,24 @@ class mem_pool {
   }
   /// @brief Typed write of attribute `A`.
   template <pool_attribute A>
-  void set(attribute_value_t<A> value)
+  void set(attribute_value_t<A> value) const
   {
     static_assert(info(A).access != attribute_access::read_only, "attribute is read-only");
     set_attribute(A, static_cast<std::uint64_t>(value));
   }
 
   /// @brief Resets both high-water marks (used and reserved) to the current values.
-  void reset_peaks();
+  void reset_peaks() const;
 
   /**
    * @brief Releases reserved memory the pool is not using, keeping at least
    * `min_bytes_to_keep` bytes reserved (`cudaMemPoolTrimTo`). Frees still pending on streams
    * are not yet unused: synchronize first to trim them too.
    */
-  void trim_to(std::size_t min_bytes_to_keep = 0);
+  void trim_to(std::size_t min_bytes_to_keep = 0) const;
 
   /// @brief Grants `mode` access to the pool's memory to each device in `devices`.
-  void set_access(std::vector<int> const& devices, access_mode mode);
+  void set_access(std::vector<int> const& devices, access_mode mode) const;
   /// @brief The access `device` has to the pool's memory.
   [[nodiscard]] access_mode access(int device) const;
 
