@@ -3,20 +3,11 @@
 the process-wide pool state (default pools' thresholds, current-pool routing, RMM's current
 resource) that resource constructors are documented to change."""
 
-import functools
-
 import pytest
 
-import asyncmr
 from asyncmr import Location, MemPool
 
-
-@functools.cache
-def gpu_count() -> tuple[int, str]:
-    try:
-        return asyncmr.device_count(), ""
-    except asyncmr.NoDeviceError as e:
-        return 0, str(e)
+from gpu_helpers import gpu_count
 
 
 def require_gpus(n: int) -> None:

@@ -1,10 +1,22 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Small helpers the GPU tests share: views of raw pointers for CuPy and NumPy."""
+"""Small helpers the tests share: GPU detection, views of raw pointers for CuPy and NumPy."""
 
-import ctypes
 import contextlib
+import ctypes
+import functools
 
 import numpy as np
+
+import asyncmr
+
+
+@functools.cache
+def gpu_count() -> tuple[int, str]:
+    """(number of visible devices, "") or (0, asyncmr's NoDeviceError message)."""
+    try:
+        return asyncmr.device_count(), ""
+    except asyncmr.NoDeviceError as e:
+        return 0, str(e)
 
 
 def device_view(ptr: int, n: int, dtype=np.int32, owner=None, device_id: int = 0):

@@ -64,6 +64,23 @@ class CaptureTest : public GpuTest {
     }
   }
 
+  /// A kernel and every pool call inside a capture in `mode` on this thread: the capture ends
+  /// valid and its graph runs the kernel.
+  void expect_pool_calls_keep_capture_valid(cudaStreamCaptureMode mode)
+  {
+    device_scratch scratch{graph_bytes};
+    auto* const words = static_cast<std::uint32_t*>(scratch.get());
+    {
+      capture_scope capture{stream(), mode};
+      ASSERT_EQ(cudaSuccess, capture.begin_status());
+      ASSERT_EQ(cudaSuccess, launch_fill(words, graph_words, test_seed, stream()));
+      make_pool_calls();
+      ASSERT_EQ(cudaSuccess, capture.end());
+      ASSERT_EQ(cudaSuccess, instantiate_and_run(capture.graph(), stream()));
+    }
+    EXPECT_TRUE(holds_pattern(words, graph_bytes));
+  }
+
  private:
   std::optional<mem_pool> device_pool_{};
   std::optional<mem_pool> host_pool_{};
@@ -71,32 +88,12 @@ class CaptureTest : public GpuTest {
 
 TEST_F(CaptureTest, PoolCallsDuringThreadLocalCaptureOnThisThreadKeepTheCaptureValid)
 {
-  device_scratch scratch{graph_bytes};
-  auto* const words = static_cast<std::uint32_t*>(scratch.get());
-  {
-    capture_scope capture{stream(), cudaStreamCaptureModeThreadLocal};
-    ASSERT_EQ(cudaSuccess, capture.begin_status());
-    ASSERT_EQ(cudaSuccess, launch_fill(words, graph_words, test_seed, stream()));
-    make_pool_calls();
-    ASSERT_EQ(cudaSuccess, capture.end());
-    ASSERT_EQ(cudaSuccess, instantiate_and_run(capture.graph(), stream()));
-  }
-  EXPECT_TRUE(holds_pattern(words, graph_bytes));
+  expect_pool_calls_keep_capture_valid(cudaStreamCaptureModeThreadLocal);
 }
 
 TEST_F(CaptureTest, PoolCallsDuringGlobalCaptureOnThisThreadKeepTheCaptureValid)
 {
-  device_scratch scratch{graph_bytes};
-  auto* const words = static_cast<std::uint32_t*>(scratch.get());
-  {
-    capture_scope capture{stream(), cudaStreamCaptureModeGlobal};
-    ASSERT_EQ(cudaSuccess, capture.begin_status());
-    ASSERT_EQ(cudaSuccess, launch_fill(words, graph_words, test_seed, stream()));
-    make_pool_calls();
-    ASSERT_EQ(cudaSuccess, capture.end());
-    ASSERT_EQ(cudaSuccess, instantiate_and_run(capture.graph(), stream()));
-  }
-  EXPECT_TRUE(holds_pattern(words, graph_bytes));
+  expect_pool_calls_keep_capture_valid(cudaStreamCaptureModeGlobal);
 }
 
 TEST_F(CaptureTest, PoolCallsWhileAnotherThreadCapturesInGlobalModeKeepTheCaptureValid)

@@ -19,6 +19,8 @@ import numpy as np
 
 import asyncmr
 from asyncmr import Location, MemPool
+# One GPU probe for the whole test tree (tests/ is on sys.path through tests/conftest.py).
+from gpu_helpers import gpu_count
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KiB = 1 << 10
@@ -26,15 +28,6 @@ MiB = 1 << 20
 UINT64_MAX = 2**64 - 1
 
 # ---- devices ------------------------------------------------------------------------------
-
-
-@functools.cache
-def gpu_count() -> tuple[int, str]:
-    """(number of visible devices, "") or (0, asyncmr's NoDeviceError message)."""
-    try:
-        return asyncmr.device_count(), ""
-    except asyncmr.NoDeviceError as e:
-        return 0, str(e)
 
 
 def sync() -> None:
