@@ -47,6 +47,14 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
+// A floor measured from an unoptimized build says nothing about the library: the JSON says
+// which one this is, and the Python benchmark refuses to compare against an -O0 build.
+#ifdef __OPTIMIZE__
+constexpr bool built_optimized = true;
+#else
+constexpr bool built_optimized = false;
+#endif
+
 struct params {
   int pairs{2000};   // alloc+free pairs per timed round
   int rounds{15};    // timed rounds per (pool, size, way)
@@ -245,7 +253,8 @@ std::string to_json(report const& r)
   std::ostringstream os;
   os.precision(6);
   os << "{\"meta\":{\"gpu\":\"" << json_escape(r.gpu) << "\",\"driver\":" << r.versions.driver
-     << ",\"runtime\":" << r.versions.runtime << ",\"clock\":\"steady_clock\"}";
+     << ",\"runtime\":" << r.versions.runtime << ",\"clock\":\"steady_clock\""
+     << ",\"optimized\":" << (built_optimized ? "true" : "false") << "}";
   os << ",\"params\":{\"pairs\":" << r.p.pairs << ",\"rounds\":" << r.p.rounds
      << ",\"warmup\":" << r.p.warmup << ",\"stream\":\"one non-blocking stream\"}";
   os << ",\"resources\":{";

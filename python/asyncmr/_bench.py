@@ -585,6 +585,11 @@ def run_floor(cfg: Config) -> dict:
                 (proc.stderr.strip()[-2000:] or proc.stdout.strip()[-2000:]),
                 "command": cmd, "output": parsed}
     parsed["command"] = cmd
+    if parsed.get("meta", {}).get("optimized") is False:
+        # An -O0 floor program times the compiler, not the library: no ratio is drawn from it.
+        return {"error": f"{path} was built without optimization; configure it with "
+                "-DCMAKE_BUILD_TYPE=Release (the default when none is given) and rebuild",
+                "command": cmd, "output": parsed}
     return parsed
 
 
