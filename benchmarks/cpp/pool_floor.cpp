@@ -15,6 +15,8 @@
  *                which is what RMM (and every RMM user) calls.
  * Output: {"meta":{...}, "params":{...}, "resources":{pool:resource},
  *          "floor":{pool:{bytes:{"median_us","p10_us","p90_us"}}}, "via_ref":{...},
+ *          "via_ref_over_floor":{pool:{bytes:{"median","p10","p90"}}} (ratio of each round
+ *          to the floor round next to it),
  *          "errors":{pool:message}}; sizes are keys in bytes ("256", "4096", ...).
  *
  * Usage: pool_floor [--quick] [--pairs N] [--rounds R] [--warmup W] [--sizes a,b,c]
@@ -57,7 +59,7 @@ constexpr bool built_optimized = false;
 
 struct params {
   int pairs{2000};   // alloc+free pairs per timed round
-  int rounds{15};    // timed rounds per (pool, size, way)
+  int rounds{41};    // timed rounds per (pool, size, way)
   int warmup{500};   // untimed pairs before the rounds
   std::vector<std::size_t> sizes{256, 4096, 1U << 20, 64U << 20};
 };
@@ -72,9 +74,9 @@ struct subject {
 };
 
 struct summary {
-  double median_us;
-  double p10_us;
-  double p90_us;
+  double median;
+  double p10;
+  double p90;
 };
 
 std::string json_escape(std::string const& s)
@@ -189,7 +191,7 @@ bool parse_args(int argc, char** argv, params& p)
     };
     if (a == "--quick") {
       p.pairs  = 1000;
-      p.rounds = 7;
+      p.rounds = 15;
       p.warmup = 200;
     } else if (a == "--pairs") {
       if (!next_int(p.pairs)) { return false; }
@@ -225,10 +227,15 @@ struct report {
   std::vector<subject> const* subjects{};
   table floor;
   table via_ref;
+  table paired;  // via_ref / floor per round (the two alternate), unitless
   std::map<std::string, std::string> errors;
 };
 
-void write_table(std::ostream& os, std::vector<subject> const& subjects, table const& t)
+/// `unit` suffixes the field names: "_us" for times, "" for ratios.
+void write_table(std::ostream& os,
+                 std::vector<subject> const& subjects,
+                 table const& t,
+                 char const* unit = "_us")
 {
   os << "{";
   bool first_pool = true;
@@ -239,8 +246,9 @@ void write_table(std::ostream& os, std::vector<subject> const& subjects, table c
     first_pool      = false;
     bool first_size = true;
     for (auto const& [bytes, v] : it->second) {
-      os << (first_size ? "" : ",") << "\"" << bytes << "\":{\"median_us\":" << v.median_us
-         << ",\"p10_us\":" << v.p10_us << ",\"p90_us\":" << v.p90_us << "}";
+      os << (first_size ? "" : ",") << "\"" << bytes << "\":{\"median" << unit
+         << "\":" << v.median << ",\"p10" << unit << "\":" << v.p10 << ",\"p90" << unit
+         << "\":" << v.p90 << "}";
       first_size = false;
     }
     os << "}";
@@ -267,6 +275,8 @@ std::string to_json(report const& r)
   write_table(os, subjects, r.floor);
   os << ",\"via_ref\":";
   write_table(os, subjects, r.via_ref);
+  os << ",\"via_ref_over_floor\":";
+  write_table(os, subjects, r.paired, "");
   os << ",\"errors\":{";
   bool first = true;
   for (auto const& [k, v] : r.errors) {
@@ -364,8 +374,11 @@ int main(int argc, char** argv)
           }
           sync(stream);
         }
+        std::vector<double> ratio(floor_us.size());
+        for (std::size_t i = 0; i < ratio.size(); ++i) { ratio[i] = ref_us[i] / floor_us[i]; }
         out.floor[s.key][bytes]   = summarize(floor_us);
         out.via_ref[s.key][bytes] = summarize(ref_us);
+        out.paired[s.key][bytes]  = summarize(ratio);
       } catch (std::exception const& e) {
         out.errors[s.key + "@" + std::to_string(bytes)] = e.what();
         cudaGetLastError();

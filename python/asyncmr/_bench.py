@@ -79,6 +79,13 @@ CC_PINNED = "cuda.core PinnedMemoryResource"
 CUPY_ASYNC = "cupy MemoryAsyncPool"
 CUPY_DEFAULT = "cupy default MemoryPool (device memory, reference)"
 
+
+
+def floor_of(name: str) -> str:
+    """The section 1 row of the raw floor on the pool of asyncmr contender ``name``."""
+    return f"raw floor, in process: {name}"
+
+
 # The C++ floor program's pool keys, and the Python contender that allocates from each pool.
 FLOOR_POOL_OF = {
     AMR: "managed_default_dev0",
@@ -487,6 +494,13 @@ def _pair_runner(ctx: Context, family: str, obj, size: int):
             return ns() - t0
 
         return run, s.synchronize
+    if family == "floor":
+        raw, s = ctx.asyncmr._core._raw_pool_pairs, ctx.stream
+
+        def run(n):
+            return raw(obj, size, s, n)  # timed inside, in C++
+
+        return run, s.synchronize
     if family == "cuda.core":
         s = ctx.cuda_core()[2]
         alloc = obj.allocate
@@ -603,6 +617,13 @@ def section_pair_cost(cfg: Config, ctx: Context) -> dict:
         except Exception as e:  # noqa: BLE001 - recorded, the run goes on
             results[name] = {"error": err_text(e)}
 
+    # The raw floor of each asyncmr resource's own pool (two driver calls in a C++ loop), timed
+    # as one more contender: in the same interleaved rounds as the Python resources.
+    for name in FLOOR_POOL_OF:
+        if name in built:
+            results[floor_of(name)] = {}
+            built[floor_of(name)] = ("floor", built[name][1].pool)
+
     for size in cfg.sizes:
         key = str(size)
         active = {}
@@ -670,21 +691,22 @@ def _pair_ratios(results: dict, floor: dict, sizes) -> dict:
         "python / floor": {},
         "via_ref / floor": {},
     }
+    for name in FLOOR_POOL_OF:
+        ratios["python / floor"][name] = per_size(name, floor_of(name))
+    ratios["AsyncPinnedMR / floor(pinned_default_host)"] = ratios["python / floor"][APR]
+    # The C++ program times the floor and the same pools through the reference in alternating
+    # rounds; the ratio is the median of the per-round ratios (older output: of the medians).
     fl = floor.get("floor") if isinstance(floor, dict) else None
     vr = floor.get("via_ref") if isinstance(floor, dict) else None
-    if isinstance(fl, dict):
-        for name, pool in FLOOR_POOL_OF.items():
-            ratios["python / floor"][name] = {
-                str(s): _ratio(med(name, s), _median(fl.get(pool, {}).get(str(s))))
+    paired = floor.get("via_ref_over_floor") if isinstance(floor, dict) else None
+    if isinstance(fl, dict) and isinstance(vr, dict):
+        for pool in fl:
+            ratios["via_ref / floor"][pool] = {
+                str(s): (paired[pool][str(s)]["median"]
+                         if isinstance(paired, dict) and str(s) in paired.get(pool, {}) else
+                         _ratio(_median(vr.get(pool, {}).get(str(s))),
+                                _median(fl[pool].get(str(s)))))
                 for s in sizes}
-        ratios["AsyncPinnedMR / floor(pinned_default_host)"] = \
-            ratios["python / floor"][APR]
-        if isinstance(vr, dict):
-            for pool in fl:
-                ratios["via_ref / floor"][pool] = {
-                    str(s): _ratio(_median(vr.get(pool, {}).get(str(s))),
-                                   _median(fl[pool].get(str(s))))
-                    for s in sizes}
     return ratios
 
 
@@ -1547,11 +1569,8 @@ def compute_targets(doc: dict) -> list:
         value, detail = _worst(r1.get(key), op)
         note = None
         if value is None:
-            cpp = s1.get("cpp") or {}
             if not s1:
                 note = "section 1 not run"
-            elif "floor" in key and "floor" not in cpp:
-                note = f"C++ floor missing: {cpp.get('skipped') or cpp.get('error')}"
             else:
                 note = "a contender failed or was not available (see section 1 results)"
         add(name, value, op, thr, detail, note=note, tolerance=tol)
@@ -1668,7 +1687,8 @@ def _plot_pair_cost(plt, res, meta):
     for ax, s in zip(axes[0], sizes, strict=True):
         vals = [rows[n][s] or 0.0 for n in names]
         colors = ["tab:green" if n.startswith("Async") else
-                  "tab:gray" if n.startswith("C++") else "tab:blue" for n in names]
+                  "tab:gray" if n.startswith(("C++", "raw floor")) else "tab:blue"
+                  for n in names]
         ax.barh(range(len(names)), vals, color=colors)
         ax.set_xscale("log")
         for i, v in enumerate(vals):

@@ -107,6 +107,35 @@ cdef extern from *:
                              uintptr_t, size_t) noexcept nogil
 
 
+# The raw floor for the benchmark, in this process: the two driver calls and nothing else, so
+# a Python resource and the floor of its pool are timed in the same interleaved rounds.
+cdef extern from *:
+    """
+    #include <asyncmr/error.hpp>
+    #include <chrono>
+    static inline long long raw_pool_pairs(std::uintptr_t pool, std::uintptr_t stream,
+                                           std::size_t bytes, long long pairs)
+    {
+        auto const p  = reinterpret_cast<cudaMemPool_t>(pool);
+        auto const s  = reinterpret_cast<cudaStream_t>(stream);
+        auto const t0 = std::chrono::steady_clock::now();
+        for (long long i = 0; i < pairs; ++i) {
+            void* ptr = nullptr;
+            if (auto const e = cudaMallocFromPoolAsync(&ptr, bytes, p, s); e != cudaSuccess) {
+                asyncmr::detail::throw_cuda_error(e, "cudaMallocFromPoolAsync");
+            }
+            if (auto const e = cudaFreeAsync(ptr, s); e != cudaSuccess) {
+                asyncmr::detail::throw_cuda_error(e, "cudaFreeAsync");
+            }
+        }
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(
+            std::chrono::steady_clock::now() - t0).count();
+    }
+    """
+    long long raw_pool_pairs(uintptr_t, uintptr_t, size_t, long long) \
+        except +translate_exception nogil
+
+
 _ACCESS_NAMES = ("none", "r", "rw")
 
 
@@ -342,6 +371,22 @@ cdef class MemPool:
             return "MemPool(<closed>)"
         return (f"MemPool(handle={self.handle:#x}, allocation_type={self.allocation_type!r}, "
                 f"location={self.location!r}, owned={self.owned})")
+
+
+def _raw_pool_pairs(MemPool pool, nbytes, Stream stream, pairs):
+    """Benchmark use: ``pairs`` rounds of ``cudaMallocFromPoolAsync`` + ``cudaFreeAsync`` of
+    ``nbytes`` bytes on ``pool`` and ``stream``, timed in C++; returns the nanoseconds spent.
+
+    This is the floor the resources are measured against, timed in the same process and
+    rounds as they are.
+    """
+    cdef size_t n = _validate.size("nbytes", nbytes, optional=False)
+    cdef long long count = operator.index(pairs)
+    if n == 0 or count <= 0:
+        raise ValueError(f"nbytes and pairs must be positive, got {nbytes} and {pairs}")
+    cdef uintptr_t h = pool_handle(deref(pool.c_pool))  # refuses a closed pool
+    cdef uintptr_t s = <uintptr_t>stream._cuda_stream
+    return raw_pool_pairs(h, s, n, count)
 
 
 def device_count():

@@ -302,12 +302,13 @@ def assert_context_works(mr) -> None:
 
 
 def run_python(code: str, *, env: dict | None = None, timeout: float = 240):
-    """Runs ``code`` in a fresh interpreter (this one's executable; this directory importable,
-    faulthandler on so a crash prints a stack). Returns the CompletedProcess."""
+    """Runs ``code`` in a fresh interpreter (this one's executable; this directory and tests/
+    importable, as they are here, faulthandler on so a crash prints a stack). Returns the
+    CompletedProcess."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     full_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (HERE, full_env.get("PYTHONPATH", "")) if p)
+        p for p in (HERE, os.path.dirname(HERE), full_env.get("PYTHONPATH", "")) if p)
     return subprocess.run([sys.executable, "-X", "faulthandler", "-c", code],
                           capture_output=True, text=True, timeout=timeout, env=full_env)
 
