@@ -13,8 +13,15 @@
 #include <asyncmr/error.hpp>
 #include <asyncmr/mem_pool.hpp>
 
+#if defined(__linux__)
+#include <fcntl.h>
+#include <unistd.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstdio>
 #include <limits>
 #include <mutex>
 #include <unordered_map>
@@ -174,6 +181,34 @@ bool was_destroyed(cudaMemPool_t handle)
          std::find(pools.parked.begin(), pools.parked.end(), handle) != pools.parked.end();
 }
 
+/**
+ * @brief Whether the process can read the first bytes at `address`, found without touching
+ * them: the kernel copies them into a pipe and answers EFAULT if nothing is mapped there.
+ *
+ * The driver dereferences a pool handle without checking it, so an integer that is not a
+ * pool (0x1000, a stale number) would crash the process at the first pool call. This catches
+ * the unmapped ones; a mapped address that is not a pool cannot be told apart.
+ */
+static bool address_is_mapped(void const* address)
+{
+#if defined(__linux__)
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) { return true; }  // cannot check: trust it
+  constexpr std::size_t probe = 64;
+  ssize_t written             = -1;
+  do {
+    written = write(fds[1], address, probe);
+  } while (written < 0 && errno == EINTR);
+  int const error = written < 0 ? errno : 0;
+  close(fds[0]);
+  close(fds[1]);
+  return error != EFAULT;
+#else
+  static_cast<void>(address);
+  return true;
+#endif
+}
+
 std::shared_ptr<pool_state> find_owned(cudaMemPool_t handle)
 {
   auto& pools = registry();
@@ -290,6 +325,12 @@ mem_pool mem_pool::from_handle(cudaMemPool_t handle,
   }
   if (detail::was_destroyed(handle)) {
     throw std::invalid_argument{"asyncmr: pool handle was destroyed (closed by asyncmr)"};
+  }
+  if (!detail::address_is_mapped(handle)) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%p", static_cast<void*>(handle));
+    throw std::invalid_argument{std::string{"asyncmr: "} + text +
+                                " is not a memory pool handle (nothing is mapped there)"};
   }
   auto state    = std::make_shared<detail::pool_state>();
   state->handle = handle;

@@ -23,6 +23,10 @@ from asyncmr import Location, MemPool
 from gpu_helpers import gpu_count
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# ci/gpu.sh sets this under compute-sanitizer. memcheck holds freed stream-ordered blocks back
+# (to catch use after free), so pool counters do not return to their start there, and it shows
+# the GPU to children even with CUDA_VISIBLE_DEVICES="".
+UNDER_SANITIZER = os.environ.get("ASYNCMR_UNDER_SANITIZER") == "1"
 KiB = 1 << 10
 MiB = 1 << 20
 UINT64_MAX = 2**64 - 1
@@ -296,6 +300,32 @@ def assert_context_works(mr) -> None:
     cupy.cuda.runtime.deviceSynchronize()
     assert mismatches == 0, f"{mismatches} words wrong in a fresh allocation"
     assert total == 3 * 4095 * 4096 // 2
+
+
+# ---- lifetimes ---------------------------------------------------------------------------------
+
+
+def holders(obj, depth: int = 3) -> str:
+    """What still refers to ``obj`` (``depth`` levels of gc referrers), for an assertion
+    message when something outlives what should have kept it alive."""
+    import gc
+    import types
+
+    lines, seen = [], {id(obj)}
+    frame = sys._getframe()
+
+    def walk(o, level):
+        if level > depth:
+            return
+        for r in gc.get_referrers(o):
+            if id(r) in seen or r is frame or isinstance(r, types.FrameType) and r.f_back is frame:
+                continue
+            seen.add(id(r))
+            lines.append("  " * level + f"{type(r).__name__}: {repr(r)[:160]}")
+            walk(r, level + 1)
+
+    walk(obj, 1)
+    return "\n".join(lines) or "(no gc-tracked referrer)"
 
 
 # ---- child processes -------------------------------------------------------------------------

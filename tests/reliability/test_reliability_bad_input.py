@@ -454,6 +454,14 @@ CASES = [
       r"closed", setup=closed_pool(DEV0, "managed")),
     C("closed-handle", lambda c: c.pool.handle, PoolClosedError, r"closed",
       setup=closed_pool(DEV0, "device")),
+    # The driver dereferences pool handles unchecked: an integer with nothing mapped at it
+    # would crash the process at the first pool call, so it is refused before that call.
+    C("from-handle-unmapped-address", lambda c: MemPool.from_handle(0x1000), ValueError,
+      r"0x1000 is not a memory pool handle \(nothing is mapped there\)"),
+    C("resource-over-unmapped-handle", lambda c: AsyncDeviceMR(pool=0x1000), ValueError,
+      r"0x1000 is not a memory pool handle"),
+    C("pinned-resource-over-unmapped-handle", lambda c: AsyncPinnedMR(pool=0x2000), ValueError,
+      r"0x2000 is not a memory pool handle"),
     C("destroyed-handle-from-closed-mempool", lambda c: MemPool.from_handle(c.pool),
       PoolClosedError, r"closed", setup=closed_pool(DEV0, "device")),
     C("closed-view-of-default-pool", lambda c: c.pool.trim(), PoolClosedError, r"closed",

@@ -92,8 +92,10 @@ def test_resource_dropped_while_buffers_and_arrays_live(gpu, kernels, cp, kind, 
     del arrays, buffers
     gc.collect()
     h.sync()
-    assert alive() is None, "the resource outlived every buffer that held it"
-    assert shared.attributes.used_mem_current == used_before, "memory not given back"
+    assert alive() is None, ("the resource outlived every buffer that held it; held by:\n" +
+                             h.holders(alive()))
+    if not h.UNDER_SANITIZER:  # memcheck holds freed blocks back
+        assert shared.attributes.used_mem_current == used_before, "memory not given back"
     h.assert_context_works(asyncmr.AsyncDeviceMR(pool="new"))
 
 
@@ -239,12 +241,14 @@ def test_current_device_resource_replaced_while_buffers_live(gpu, kernels, cp):
     del b1, a1
     gc.collect()
     h.sync()
-    assert alive1() is None, "the replaced resource outlived its last buffer"
+    assert alive1() is None, ("the replaced resource outlived its last buffer; held by:\n" +
+                              h.holders(alive1()))
     check_all(blocks[1:], bad, cp)
     del b2, a2, expected, bad
     gc.collect()
     h.sync()
-    assert pool2.attributes.used_mem_current == 0
+    if not h.UNDER_SANITIZER:  # memcheck holds freed blocks back
+        assert pool2.attributes.used_mem_current == 0
 
 
 def test_closing_a_current_owned_pool_routes_back(gpu, kernels):

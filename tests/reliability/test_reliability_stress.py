@@ -297,11 +297,9 @@ class Stress:
             f"{total.host_mismatches} corrupted words found by the host")
         assert total.allocations > 0 and total.frees == total.allocations, (
             f"{total.allocations} allocations, {total.frees} frees")
-        # compute-sanitizer's memcheck holds freed stream-ordered blocks back (to catch use
-        # after free), so the pool's counters do not return to their start under it; ci/gpu.sh
-        # sets ASYNCMR_UNDER_SANITIZER=1 there. The frees == allocations check above still holds.
-        under_sanitizer = os.environ.get("ASYNCMR_UNDER_SANITIZER") == "1"
-        for key, pool in pools.items() if not under_sanitizer else ():
+        # Not under memcheck, which holds freed blocks back (see h.UNDER_SANITIZER); the
+        # frees == allocations check above still holds there.
+        for key, pool in pools.items() if not h.UNDER_SANITIZER else ():
             attrs = pool.attributes
             assert attrs.used_mem_current == baseline[key], (
                 f"pool {key:#x}: used_mem_current {attrs.used_mem_current} after the run, "
