@@ -305,7 +305,7 @@ def assert_context_works(mr) -> None:
 # ---- lifetimes ---------------------------------------------------------------------------------
 
 
-def holders(obj, depth: int = 3) -> str:
+def holders(obj, depth: int = 6, limit: int = 60) -> str:
     """What still refers to ``obj`` (``depth`` levels of gc referrers), for an assertion
     message when something outlives what should have kept it alive."""
     import gc
@@ -318,6 +318,8 @@ def holders(obj, depth: int = 3) -> str:
         if level > depth:
             return
         for r in gc.get_referrers(o):
+            if len(lines) >= limit:
+                return
             if id(r) in seen or r is frame or isinstance(r, types.FrameType) and r.f_back is frame:
                 continue
             seen.add(id(r))
