@@ -25,6 +25,7 @@
  */
 
 #include <asyncmr/asyncmr.hpp>
+#include <asyncmr/detail/raw_pool_pairs.hpp>
 
 #include <rmm/aligned.hpp>
 #include <rmm/resource_ref.hpp>
@@ -127,16 +128,8 @@ std::string cuda_failure(char const* call, cudaError_t e)
 /// Microseconds per pair of cudaMallocFromPoolAsync + cudaFreeAsync; throws on a CUDA error.
 double floor_round(cudaMemPool_t pool, std::size_t bytes, cudaStream_t stream, int pairs)
 {
-  auto const t0 = clock_type::now();
-  for (int i = 0; i < pairs; ++i) {
-    void* p            = nullptr;
-    cudaError_t const a = cudaMallocFromPoolAsync(&p, bytes, pool, stream);
-    if (a != cudaSuccess) { throw std::runtime_error{cuda_failure("cudaMallocFromPoolAsync", a)}; }
-    cudaError_t const f = cudaFreeAsync(p, stream);
-    if (f != cudaSuccess) { throw std::runtime_error{cuda_failure("cudaFreeAsync", f)}; }
-  }
-  auto const t1 = clock_type::now();
-  return std::chrono::duration<double, std::micro>(t1 - t0).count() / pairs;
+  return static_cast<double>(asyncmr::detail::raw_pool_pairs(pool, stream, bytes, pairs)) / 1e3 /
+         pairs;
 }
 
 /// The same through RMM's type-erased reference (virtual dispatch into the asyncmr resource).

@@ -6,7 +6,7 @@ import contextlib
 import operator
 
 from cython.operator cimport dereference as deref
-from libc.stdint cimport uint64_t, uintptr_t
+from libc.stdint cimport int64_t, uint64_t, uintptr_t
 from libcpp cimport bool as cbool
 from libcpp.memory cimport unique_ptr
 from libcpp.optional cimport optional
@@ -109,31 +109,13 @@ cdef extern from *:
 
 # The raw floor for the benchmark, in this process: the two driver calls and nothing else, so
 # a Python resource and the floor of its pool are timed in the same interleaved rounds.
-cdef extern from *:
-    """
-    #include <asyncmr/error.hpp>
-    #include <chrono>
-    static inline long long raw_pool_pairs(std::uintptr_t pool, std::uintptr_t stream,
-                                           std::size_t bytes, long long pairs)
-    {
-        auto const p  = reinterpret_cast<cudaMemPool_t>(pool);
-        auto const s  = reinterpret_cast<cudaStream_t>(stream);
-        auto const t0 = std::chrono::steady_clock::now();
-        for (long long i = 0; i < pairs; ++i) {
-            void* ptr = nullptr;
-            if (auto const e = cudaMallocFromPoolAsync(&ptr, bytes, p, s); e != cudaSuccess) {
-                asyncmr::detail::throw_cuda_error(e, "cudaMallocFromPoolAsync");
-            }
-            if (auto const e = cudaFreeAsync(ptr, s); e != cudaSuccess) {
-                asyncmr::detail::throw_cuda_error(e, "cudaFreeAsync");
-            }
-        }
-        return std::chrono::duration_cast<std::chrono::nanoseconds>(
-            std::chrono::steady_clock::now() - t0).count();
-    }
-    """
-    long long raw_pool_pairs(uintptr_t, uintptr_t, size_t, long long) \
-        except +translate_exception nogil
+cdef extern from "cuda_runtime_api.h" nogil:
+    ctypedef void* cudaMemPool_t  # opaque handles: only passed through
+    ctypedef void* cudaStream_t
+
+cdef extern from "asyncmr/detail/raw_pool_pairs.hpp" namespace "asyncmr::detail" nogil:
+    int64_t raw_pool_pairs(cudaMemPool_t, cudaStream_t, size_t, int64_t) \
+        except +translate_exception
 
 
 _ACCESS_NAMES = ("none", "r", "rw")
@@ -381,12 +363,11 @@ def _raw_pool_pairs(MemPool pool, nbytes, Stream stream, pairs):
     rounds as they are.
     """
     cdef size_t n = _validate.size("nbytes", nbytes, optional=False)
-    cdef long long count = operator.index(pairs)
+    cdef int64_t count = operator.index(pairs)
     if n == 0 or count <= 0:
         raise ValueError(f"nbytes and pairs must be positive, got {nbytes} and {pairs}")
     cdef uintptr_t h = pool_handle(deref(pool.c_pool))  # refuses a closed pool
-    cdef uintptr_t s = <uintptr_t>stream._cuda_stream
-    return raw_pool_pairs(h, s, n, count)
+    return raw_pool_pairs(<cudaMemPool_t>h, <cudaStream_t><uintptr_t>stream._cuda_stream, n, count)
 
 
 def device_count():
