@@ -4,10 +4,15 @@
 import contextlib
 import ctypes
 import functools
+import os
+import subprocess
+import sys
 
 import numpy as np
 
 import asyncmr
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @functools.cache
@@ -58,3 +63,22 @@ def sync():
     import cupy
 
     cupy.cuda.runtime.deviceSynchronize()
+
+
+def run_python(code: str, *args: str, env: dict | None = None, timeout: float = 240):
+    """Runs ``code`` with ``args`` as ``sys.argv[1:]`` in a fresh interpreter: this one's
+    executable, the test tree's helpers importable (tests/ and tests/reliability/), faulthandler
+    on so a crash prints a stack. Returns the CompletedProcess."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (HERE, os.path.join(HERE, "reliability"), full_env.get("PYTHONPATH", ""))
+        if p)
+    return subprocess.run([sys.executable, "-X", "faulthandler", "-c", code, *args],
+                          capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def describe(proc) -> str:
+    """A finished child's exit code and the tails of its output, for an assertion message."""
+    return (f"exit code {proc.returncode}\n--- stdout ---\n{proc.stdout[-6000:]}"
+            f"\n--- stderr ---\n{proc.stderr[-6000:]}")

@@ -9,11 +9,11 @@ it, and prints one line starting with ``OK``.
 """
 
 import importlib.util
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from gpu_helpers import describe, run_python
 
 KINDS = ["managed", "pinned", "device"]
 
@@ -97,10 +97,8 @@ print("OK numba", kind, before, during, after)
 
 
 def _run_child(script: str, kind: str) -> None:
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script), kind],
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0 and proc.stdout.startswith("OK"), (
-        f"child exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}")
+    proc = run_python(textwrap.dedent(script), kind, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.startswith("OK"), describe(proc)
 
 
 def _require(module: str) -> None:

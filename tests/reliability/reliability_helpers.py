@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
 import sys
 import threading
 
@@ -19,10 +18,10 @@ import numpy as np
 
 import asyncmr
 from asyncmr import Location, MemPool
-# One GPU probe for the whole test tree (tests/ is on sys.path through tests/conftest.py).
-from gpu_helpers import gpu_count
+# One GPU probe and one child-process runner for the whole test tree (tests/ is on sys.path
+# through tests/conftest.py); run_python and describe are used here as h.run_python, h.describe.
+from gpu_helpers import describe, gpu_count, run_python  # noqa: F401
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 # ci/gpu.sh sets this under compute-sanitizer. memcheck holds freed stream-ordered blocks back
 # (to catch use after free), so pool counters do not return to their start there, and it shows
 # the GPU to children even with CUDA_VISIBLE_DEVICES="".
@@ -328,26 +327,6 @@ def holders(obj, depth: int = 6, limit: int = 60) -> str:
 
     walk(obj, 1)
     return "\n".join(lines) or "(no gc-tracked referrer)"
-
-
-# ---- child processes -------------------------------------------------------------------------
-
-
-def run_python(code: str, *, env: dict | None = None, timeout: float = 240):
-    """Runs ``code`` in a fresh interpreter (this one's executable; this directory and tests/
-    importable, as they are here, faulthandler on so a crash prints a stack). Returns the
-    CompletedProcess."""
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    full_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (HERE, os.path.dirname(HERE), full_env.get("PYTHONPATH", "")) if p)
-    return subprocess.run([sys.executable, "-X", "faulthandler", "-c", code],
-                          capture_output=True, text=True, timeout=timeout, env=full_env)
-
-
-def describe(proc) -> str:
-    return (f"exit code {proc.returncode}\n--- stdout ---\n{proc.stdout[-6000:]}"
-            f"\n--- stderr ---\n{proc.stderr[-6000:]}")
 
 
 # ---- figures -------------------------------------------------------------------------------
