@@ -80,7 +80,6 @@ CUPY_ASYNC = "cupy MemoryAsyncPool"
 CUPY_DEFAULT = "cupy default MemoryPool (device memory, reference)"
 
 
-
 def floor_of(name: str) -> str:
     """The section 1 row of the raw floor on the pool of asyncmr contender ``name``."""
     return f"raw floor, in process: {name}"
@@ -680,33 +679,24 @@ def _pair_ratios(results: dict, floor: dict, sizes) -> dict:
     def per_size(num, den):
         return {str(s): _ratio(med(num, s), med(den, s)) for s in sizes}
 
+    python_floor = {name: per_size(name, floor_of(name)) for name in FLOOR_POOL_OF}
     ratios = {
-        "AsyncPinnedMR / floor(pinned_default_host)": {},
+        "AsyncPinnedMR / floor(pinned_default_host)": python_floor[APR],
         "PoolMemoryResource(PinnedHost) / AsyncPinnedMR": per_size(RMM_POOL_PINNED, APR),
         "cuda.core Pinned / AsyncPinnedMR": per_size(CC_PINNED, APR),
         "AsyncManagedMR / rmm experimental managed": per_size(AMR, RMM_ASYNC_MANAGED),
         "PoolMemoryResource(Managed) / AsyncManagedMR": per_size(RMM_POOL_MANAGED, AMR),
         "cuda.core Managed / AsyncManagedMR": per_size(CC_MANAGED, AMR),
         "AsyncDeviceMR / rmm CudaAsyncMemoryResource": per_size(ADR, RMM_ASYNC),
-        "python / floor": {},
+        "python / floor": python_floor,
         "via_ref / floor": {},
     }
-    for name in FLOOR_POOL_OF:
-        ratios["python / floor"][name] = per_size(name, floor_of(name))
-    ratios["AsyncPinnedMR / floor(pinned_default_host)"] = ratios["python / floor"][APR]
     # The C++ program times the floor and the same pools through the reference in alternating
-    # rounds; the ratio is the median of the per-round ratios (older output: of the medians).
-    fl = floor.get("floor") if isinstance(floor, dict) else None
-    vr = floor.get("via_ref") if isinstance(floor, dict) else None
+    # rounds and reports the median of the per-round ratios.
     paired = floor.get("via_ref_over_floor") if isinstance(floor, dict) else None
-    if isinstance(fl, dict) and isinstance(vr, dict):
-        for pool in fl:
-            ratios["via_ref / floor"][pool] = {
-                str(s): (paired[pool][str(s)]["median"]
-                         if isinstance(paired, dict) and str(s) in paired.get(pool, {}) else
-                         _ratio(_median(vr.get(pool, {}).get(str(s))),
-                                _median(fl[pool].get(str(s)))))
-                for s in sizes}
+    for pool, per in (paired or {}).items():
+        ratios["via_ref / floor"][pool] = {
+            str(s): per[str(s)]["median"] if str(s) in per else None for s in sizes}
     return ratios
 
 
