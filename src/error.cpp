@@ -10,9 +10,9 @@ namespace asyncmr::detail {
 
 void throw_cuda_error(cudaError_t error, char const* call)
 {
-  // Clears the runtime's last-error slot for non-sticky errors, so one refused call does not
-  // make the next, unrelated, check fail.
-  cudaGetLastError();
+  // One refused call must not make the next, unrelated, check fail; a user's own pending error
+  // is left alone.
+  clear_own_error(error);
   std::string const what = std::string{call} + " failed: " + cudaGetErrorName(error) + " (" +
                            cudaGetErrorString(error) + ")";
   switch (error) {

@@ -57,6 +57,16 @@ char const* to_string(allocation_type type) noexcept
   return "unknown";
 }
 
+char const* to_string(pool_source source) noexcept
+{
+  switch (source) {
+    case pool_source::default_pool: return "default";
+    case pool_source::current: return "current";
+    case pool_source::new_pool: return "new";
+  }
+  return "unknown";
+}
+
 namespace detail {
 
 cudaMemAllocationType to_cuda(allocation_type type)
@@ -64,12 +74,9 @@ cudaMemAllocationType to_cuda(allocation_type type)
   switch (type) {
     case allocation_type::device:
     case allocation_type::pinned: return cudaMemAllocationTypePinned;
-    case allocation_type::managed:
-#if CUDART_VERSION >= 13000
-      return cudaMemAllocationTypeManaged;
-#else
-      break;
-#endif
+    // cudaMemAllocationTypeManaged (CUDA 13), spelled as the driver's value so a CUDA 12 build
+    // can hand it to the 13.x driver's entry points.
+    case allocation_type::managed: return static_cast<cudaMemAllocationType>(2);
   }
   throw std::invalid_argument{"asyncmr: unknown allocation type"};
 }

@@ -2,307 +2,166 @@
  * SPDX-License-Identifier: Apache-2.0
  */
 
-// The driver calls are written here by hand rather than through CCCL's cuda::*_memory_pool
-// (bundled with librmm, CCCL 3.5): CCCL's default-pool getters raise a zero release threshold
-// unconditionally (asyncmr must be able to apply 0 exactly), its pinned pools grant access to
-// every device (asyncmr lets the user choose), it has no CUDA 12.6-12.8 path, and it makes
-// attribute calls outside relaxed capture mode, which invalidates a capture in progress.
+// The pool API. How pools are obtained is src/driver_api.cpp's concern, which of them the
+// platform supports capability.cpp's, and the lifetime of owned pools pool_registry.cpp's.
+
+#include "detail/driver_api.hpp"
+#include "detail/pool_state.hpp"
 
 #include <asyncmr/capability.hpp>
 #include <asyncmr/detail/capture_mode.hpp>
 #include <asyncmr/error.hpp>
 #include <asyncmr/mem_pool.hpp>
 
-#if defined(__linux__)
-#include <fcntl.h>
-#include <unistd.h>
-#endif
+#include <rmm/error.hpp>
 
-#include <algorithm>
-#include <atomic>
-#include <cerrno>
 #include <cstdio>
 #include <limits>
-#include <mutex>
-#include <unordered_map>
-#include <unordered_set>
 #include <stdexcept>
 #include <string>
 
 namespace asyncmr {
 namespace detail {
-
-struct pool_state {
-  std::atomic<cudaMemPool_t> handle{nullptr};
-  bool owned{false};
-  std::optional<location> where{};
-  std::optional<allocation_type> type{};
-  std::optional<pool_properties> props{};
-  std::mutex close_mutex{};
-
-  pool_state() = default;
-  pool_state(pool_state const&)            = delete;
-  pool_state& operator=(pool_state const&) = delete;
-  ~pool_state() { close(); }
-
-  void close() noexcept;
-};
-
 namespace {
-
-int driver_version() noexcept
-{
-  static int const version = versions().driver;
-  return version;
-}
 
 int device_for_checks(location const& where)
 {
   return where.kind == location_kind::device ? where.id : current_device();
 }
 
-cudaMemPool_t query_pool(location const& where, allocation_type type, bool current)
+// Checks `type` at `where` for `source` and returns the path to the pool. Caller holds a
+// relaxed capture guard (device queries are capture-unsafe on some drivers).
+pool_path checked_path(location const& where, allocation_type type, pool_source source)
 {
-  validate_combination(where, type, false);
-  relaxed_capture_guard guard;
-  require_pool_support(where, type, device_for_checks(where));
-  cudaMemPool_t handle = nullptr;
-#if CUDART_VERSION >= 13000
-  cudaMemLocation loc = where.to_cuda();
-  if (current) {
-    ASYNCMR_CUDA_TRY(cudaMemGetMemPool(&handle, &loc, detail::to_cuda(type)));
-  } else {
-    ASYNCMR_CUDA_TRY(cudaMemGetDefaultMemPool(&handle, &loc, detail::to_cuda(type)));
-  }
-#else
-  if (type != allocation_type::device) {
-    throw unsupported_error{std::string{"asyncmr: default and current "} + to_string(type) +
-                            " pools need CUDA 13; in a CUDA 12 build use an owned pool "
-                            "(pool='new')"};
-  }
-  if (current) {
-    ASYNCMR_CUDA_TRY(cudaDeviceGetMemPool(&handle, where.id));
-  } else {
-    ASYNCMR_CUDA_TRY(cudaDeviceGetDefaultMemPool(&handle, where.id));
-  }
-#endif
-  return handle;
+  validate_combination(where, type, source == pool_source::new_pool);
+  return require_pool_support(where, type, source, device_for_checks(where));
 }
 
-// Routes (location, type) to `handle` process-wide.
-void route(location const& where, allocation_type type, cudaMemPool_t handle)
+pool_path routing_path(location const& where, allocation_type type)
 {
-#if CUDART_VERSION >= 13000
-  cudaMemLocation loc = where.to_cuda();
-  ASYNCMR_CUDA_TRY(cudaMemSetMemPool(&loc, detail::to_cuda(type), handle));
-#else
-  if (type != allocation_type::device) {
-    throw unsupported_error{"asyncmr: routing host and managed pools needs CUDA 13"};
+  auto const decision = decide_routing_support(current_platform(device_for_checks(where)), type);
+  if (!decision) { throw unsupported_error{decision.reason}; }
+  return *decision.path;
+}
+
+std::shared_ptr<pool_state> view_state(cudaMemPool_t handle, location where, allocation_type type)
+{
+  auto state    = std::make_shared<pool_state>();
+  state->handle = handle;
+  state->where  = where;
+  state->type   = type;
+  return state;
+}
+
+[[noreturn]] void throw_allocation_error(cudaError_t error,
+                                         std::size_t bytes,
+                                         cudaStream_t stream,
+                                         pool_state const& s)
+{
+  clear_own_error(error);
+  std::string const what = std::to_string(bytes) + " bytes of " +
+                           (s.type ? to_string(*s.type) : "pool") + " memory" +
+                           (s.where ? " at " + s.where->to_string() : std::string{});
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (error != cudaErrorMemoryAllocation) {
+    auto const query = cudaStreamIsCapturing(stream, &status);
+    clear_own_error(query);
+    if (query == cudaSuccess && status == cudaStreamCaptureStatusActive) {
+      throw unsupported_error{
+        "asyncmr: cannot allocate " + what + " inside a stream capture: CUDA refuses it (" +
+        cudaGetErrorName(error) +
+        "). Graph allocation nodes exist only for device and managed@device pools; allocate "
+        "before beginning the capture. The capture is still valid."};
+    }
   }
-  ASYNCMR_CUDA_TRY(cudaDeviceSetMemPool(where.id, handle));
-#endif
+  if (error == cudaErrorMemoryAllocation) {
+    throw rmm::out_of_memory{"asyncmr: out of memory allocating " + what +
+                             " (cudaMallocFromPoolAsync: cudaErrorMemoryAllocation)"};
+  }
+  throw_cuda_error(error, ("cudaMallocFromPoolAsync(" + what + ")").c_str());
 }
 
 }  // namespace
 
-// ---- owned pools: the registry and the deferred destruction ----------------------------------
-//
-// Two process-wide lists, both under one mutex:
-// - every live pool asyncmr owns, by handle, so that adopting such a handle as a view shares
-//   the owner's state and sees its close() instead of using a destroyed handle;
-// - pools closed while allocations were still live ("parked"). On the H200 with driver 580,
-//   destroying a pool and then freeing one of its blocks crashed the process at a later
-//   synchronization, although the documentation allows it. Parked pools are trimmed and
-//   destroyed once nothing is allocated from them, at the next close or create.
-namespace {
-
-struct owned_pools {
-  std::mutex mutex;
-  std::unordered_map<cudaMemPool_t, std::weak_ptr<pool_state>> live;
-  std::vector<cudaMemPool_t> parked;
-  // Handles asyncmr destroyed (until the driver hands one out again): adopting one is refused
-  // instead of passing a dangling handle to the driver.
-  std::unordered_set<cudaMemPool_t> destroyed;
-};
-
-owned_pools& registry()
+cudaMemPool_t pool_state::detach() noexcept
 {
-  static auto* pools = new owned_pools{};  // never destroyed: used until the process ends
-  return *pools;
-}
-
-// True if the driver says nothing is allocated from `h`; false when it says otherwise or
-// cannot answer (then the pool is kept rather than risked).
-bool nothing_allocated(cudaMemPool_t h) noexcept
-{
-  std::uint64_t used = 1;
-  if (cudaMemPoolGetAttribute(h, cudaMemPoolAttrUsedMemCurrent, &used) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return used == 0;
-}
-
-void destroy(owned_pools& pools, cudaMemPool_t h) noexcept
-{
-  cudaMemPoolDestroy(h);
-  cudaGetLastError();
-  pools.destroyed.insert(h);
-}
-
-// Destroys the parked pools that have become empty. Caller holds the registry mutex.
-void sweep_parked(owned_pools& pools) noexcept
-{
-  std::erase_if(pools.parked, [&](cudaMemPool_t h) {
-    if (!nothing_allocated(h)) { return false; }
-    destroy(pools, h);
-    return true;
-  });
-}
-
-}  // namespace
-
-void register_owned(std::shared_ptr<pool_state> const& state)
-{
-  auto& pools = registry();
-  std::lock_guard<std::mutex> lock{pools.mutex};
-  relaxed_capture_guard guard;
-  sweep_parked(pools);
-  cudaMemPool_t const h = state->handle.load();
-  pools.destroyed.erase(h);
-  pools.live[h] = state;
-}
-
-bool was_destroyed(cudaMemPool_t handle)
-{
-  auto& pools = registry();
-  std::lock_guard<std::mutex> lock{pools.mutex};
-  return pools.destroyed.contains(handle) ||
-         std::find(pools.parked.begin(), pools.parked.end(), handle) != pools.parked.end();
-}
-
-/**
- * @brief Whether the process can read the first bytes at `address`, found without touching
- * them: the kernel copies them into a pipe and answers EFAULT if nothing is mapped there.
- *
- * The driver dereferences a pool handle without checking it, so an integer that is not a
- * pool (0x1000, a stale number) would crash the process at the first pool call. This catches
- * the unmapped ones; a mapped address that is not a pool cannot be told apart.
- */
-static bool address_is_mapped(void const* address)
-{
-#if defined(__linux__)
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) { return true; }  // cannot check: trust it
-  constexpr std::size_t probe = 64;
-  ssize_t written             = -1;
-  do {
-    written = write(fds[1], address, probe);
-  } while (written < 0 && errno == EINTR);
-  int const error = written < 0 ? errno : 0;
-  close(fds[0]);
-  close(fds[1]);
-  return error != EFAULT;
-#else
-  static_cast<void>(address);
-  return true;
-#endif
-}
-
-std::shared_ptr<pool_state> find_owned(cudaMemPool_t handle)
-{
-  auto& pools = registry();
-  std::lock_guard<std::mutex> lock{pools.mutex};
-  auto const it = pools.live.find(handle);
-  return it == pools.live.end() ? nullptr : it->second.lock();
-}
-
-void pool_state::close() noexcept
-{
-  std::lock_guard<std::mutex> lock{close_mutex};
   cudaMemPool_t const h = handle.exchange(nullptr);
-  if (h == nullptr || !owned) { return; }
-  relaxed_capture_guard guard;
+  if (h == nullptr || !owned) { return nullptr; }
   // A destroyed pool must not stay current: later cudaMallocAsync calls anywhere in the
   // process would use a dangling handle. Route the location back to its default pool.
   if (where && type) {
+    relaxed_capture_guard guard;
     try {
-      if (query_pool(*where, *type, true) == h) {
-        route(*where, *type, query_pool(*where, *type, false));
+      int const device = device_for_checks(*where);
+      auto const current_path =
+        require_pool_support(*where, *type, pool_source::current, device);
+      if (get_current_pool(*where, *type, current_path) == h) {
+        auto const default_path =
+          require_pool_support(*where, *type, pool_source::default_pool, device);
+        set_current_pool(*where, *type, get_default_pool(*where, *type, default_path),
+                         routing_path(*where, *type));
       }
-    } catch (...) {  // NOLINT(bugprone-empty-catch): best effort in a destructor
+    } catch (...) {  // NOLINT(bugprone-empty-catch): best effort; unsupported means not routable
     }
   }
-  auto& pools = registry();
-  std::lock_guard<std::mutex> registry_lock{pools.mutex};
-  pools.live.erase(h);
-  if (nothing_allocated(h)) {
-    destroy(pools, h);
-  } else {
-    cudaMemPoolTrimTo(h, 0);  // give back what is not in use now
-    pools.parked.push_back(h);
-  }
-  cudaGetLastError();
-  sweep_parked(pools);
+  return h;
+}
+
+pool_state::~pool_state()
+{
+  // No mem_pool refers to this state any more, so no allocation can be in flight through it.
+  if (cudaMemPool_t const h = detach()) { retire(h, nullptr); }
 }
 
 }  // namespace detail
+
+mem_pool::mem_pool() : state_{std::make_shared<detail::pool_state>()} {}
 
 mem_pool::mem_pool(std::shared_ptr<detail::pool_state> state, bool view) noexcept
   : state_{std::move(state)}, view_{view}
 {
 }
 
-mem_pool mem_pool::default_pool(location where, allocation_type type)
+mem_pool mem_pool::default_pool(asyncmr::location location, allocation_type type)
 {
-  auto state   = std::make_shared<detail::pool_state>();
-  state->handle = detail::query_pool(where, type, false);
-  state->where  = where;
-  state->type   = type;
-  return mem_pool{std::move(state)};
+  detail::relaxed_capture_guard guard;
+  auto const path = detail::checked_path(location, type, pool_source::default_pool);
+  return mem_pool{detail::view_state(detail::get_default_pool(location, type, path), location, type)};
 }
 
-mem_pool mem_pool::current(location where, allocation_type type)
+mem_pool mem_pool::current(asyncmr::location location, allocation_type type)
 {
-  auto state   = std::make_shared<detail::pool_state>();
-  state->handle = detail::query_pool(where, type, true);
-  state->where  = where;
-  state->type   = type;
-  return mem_pool{std::move(state)};
+  detail::relaxed_capture_guard guard;
+  auto const path = detail::checked_path(location, type, pool_source::current);
+  return mem_pool{detail::view_state(detail::get_current_pool(location, type, path), location, type)};
 }
 
 mem_pool mem_pool::create(pool_properties const& props)
 {
-  detail::validate_combination(props.where, props.type, true);
-  {
-    detail::relaxed_capture_guard guard;
-    require_pool_support(props.where, props.type, detail::device_for_checks(props.where));
-  }
+  detail::relaxed_capture_guard guard;
+  auto const path = detail::checked_path(props.location, props.type, pool_source::new_pool);
   cudaMemPoolProps p{};
   p.allocType   = detail::to_cuda(props.type);
   p.handleTypes = static_cast<cudaMemAllocationHandleType>(props.export_handle_types);
-  p.location    = props.where.to_cuda();
+  p.location    = props.location.to_cuda();
   p.maxSize     = props.max_size;
 
-  auto state = std::make_shared<detail::pool_state>();
-  {
-    detail::relaxed_capture_guard guard;
-    cudaMemPool_t handle = nullptr;
-    auto const status    = cudaMemPoolCreate(&handle, &p);
-    if (status == cudaErrorInvalidValue && props.type == allocation_type::managed &&
-        props.max_size != 0) {
-      cudaGetLastError();
-      throw std::invalid_argument{
-        "asyncmr: managed pools cannot be bounded: cudaMemPoolCreate refuses a max_size for "
-        "managed memory (cudaErrorInvalidValue); leave max_size at 0"};
-    }
-    ASYNCMR_CUDA_TRY(status);
-    state->handle = handle;
+  cudaMemPool_t handle = nullptr;
+  auto const status    = detail::create_pool(&handle, p, path);
+  if (status == cudaErrorInvalidValue && props.type == allocation_type::managed &&
+      props.max_size != 0) {
+    detail::clear_own_error(status);
+    throw std::invalid_argument{
+      "asyncmr: managed pools cannot be bounded: cudaMemPoolCreate refuses a max_size for "
+      "managed memory (cudaErrorInvalidValue); leave max_size at 0"};
   }
-  state->owned = true;
-  state->where = props.where;
-  state->type  = props.type;
-  state->props = props;
+  ASYNCMR_CUDA_TRY(status);
+  auto state    = std::make_shared<detail::pool_state>();
+  state->handle = handle;
+  state->owned  = true;
+  state->where  = props.location;
+  state->type   = props.type;
+  state->props  = props;
   detail::register_owned(state);
   mem_pool pool{std::move(state)};  // destroys the driver pool if the threshold call throws
   pool.set<pool_attribute::release_threshold>(
@@ -312,19 +171,28 @@ mem_pool mem_pool::create(pool_properties const& props)
 
 mem_pool mem_pool::from_handle(cudaMemPool_t handle,
                                bool owned,
-                               std::optional<location> where,
+                               std::optional<asyncmr::location> location,
                                std::optional<allocation_type> type)
 {
   if (handle == nullptr) { throw std::invalid_argument{"asyncmr: pool handle is null (0)"}; }
   require_cuda();
-  if (where && type) { detail::validate_combination(*where, *type, false); }
+  if (location && type) { detail::validate_combination(*location, *type, false); }
   if (auto shared = detail::find_owned(handle)) {
     // asyncmr owns this pool elsewhere: share that state, as a view unless ownership is
     // asked for (then the owner's copies and this one own it together).
     return mem_pool{std::move(shared), !owned};
   }
-  if (detail::was_destroyed(handle)) {
-    throw std::invalid_argument{"asyncmr: pool handle was destroyed (closed by asyncmr)"};
+  // What asyncmr knows of this handle now (not its history: the driver reuses handle values,
+  // so a handle asyncmr once destroyed may be another library's live pool today).
+  if (detail::is_parked(handle)) {
+    throw std::invalid_argument{
+      "asyncmr: this pool was closed by asyncmr and is destroyed once its last allocation is "
+      "freed; it cannot be adopted"};
+  }
+  if (owned && detail::is_stand_in(handle)) {
+    throw std::invalid_argument{
+      "asyncmr: this is asyncmr's process-wide default host pool; it can be adopted as a view "
+      "(owned=False), not owned"};
   }
   if (!detail::address_is_mapped(handle)) {
     char text[32];
@@ -334,10 +202,10 @@ mem_pool mem_pool::from_handle(cudaMemPool_t handle,
   }
   auto state    = std::make_shared<detail::pool_state>();
   state->handle = handle;
-  state->where  = where;
+  state->where  = location;
   state->type   = type;
-  // Ownership is taken only once the handle answered: a handle the driver rejects is not
-  // destroyed by the state's destructor.
+  // Ownership is taken only once the driver answered for the handle: a handle the driver
+  // rejects is not destroyed by the state's destructor.
   mem_pool pool{state};
   static_cast<void>(pool.get<pool_attribute::release_threshold>());
   state->owned = owned;
@@ -361,30 +229,63 @@ bool mem_pool::owned() const noexcept { return state_->owned && !view_; }
 
 bool mem_pool::closed() const noexcept { return handle_or_null() == nullptr; }
 
-std::optional<location> mem_pool::where() const
+std::optional<asyncmr::location> mem_pool::location() const
 {
   if (state_->where) { return state_->where; }
-  if (detail::driver_version() < info(pool_attribute::location_type).min_driver) { return {}; }
-  cudaMemLocation loc{};
-  loc.type = static_cast<cudaMemLocationType>(get<pool_attribute::location_type>());
-  loc.id   = get<pool_attribute::location_id>();
-  return location::from_cuda(loc);
+  if (versions().driver < info(pool_attribute::location_type).min_driver) { return {}; }
+  try {
+    cudaMemLocation loc{};
+    loc.type = static_cast<cudaMemLocationType>(get<pool_attribute::location_type>());
+    loc.id   = get<pool_attribute::location_id>();
+    return asyncmr::location::from_cuda(loc);
+  } catch (unsupported_error const&) {
+    return {};
+  }
 }
 
 std::optional<allocation_type> mem_pool::type() const
 {
   if (state_->type) { return state_->type; }
-  if (detail::driver_version() < info(pool_attribute::allocation_type).min_driver) { return {}; }
-  auto const raw = static_cast<cudaMemAllocationType>(get<pool_attribute::allocation_type>());
-  if (raw == cudaMemAllocationTypePinned) {
-    auto const w = where();
-    return (w && w->kind == location_kind::device) ? allocation_type::device
-                                                   : allocation_type::pinned;
+  if (versions().driver < info(pool_attribute::allocation_type).min_driver) { return {}; }
+  try {
+    auto const raw = get<pool_attribute::allocation_type>();
+    if (raw == 2) { return allocation_type::managed; }
+    // Pinned to the driver: device memory when the pool lives on a device, else host memory.
+    auto const w = location();
+    if (!w) { return {}; }
+    return w->kind == location_kind::device ? allocation_type::device : allocation_type::pinned;
+  } catch (unsupported_error const&) {
+    return {};
   }
-  return allocation_type::managed;
 }
 
 std::optional<pool_properties> mem_pool::properties() const { return state_->props; }
+
+void* mem_pool::allocate_async(std::size_t bytes, cudaStream_t stream) const
+{
+  auto& s = *state_;
+  // The count is raised before the handle is read, and close() clears the handle before it
+  // reads the count (both sequentially consistent): either this call sees the pool closed, or
+  // close() sees this call and parks the pool instead of destroying it under the driver call.
+  s.in_flight.fetch_add(1);
+  cudaMemPool_t const h = s.handle.load();
+  if (h == nullptr) {
+    s.in_flight.fetch_sub(1);
+    throw pool_closed_error{"asyncmr: allocating from a memory pool that was closed"};
+  }
+  void* ptr         = nullptr;
+  auto const status = cudaMallocFromPoolAsync(&ptr, bytes, h, stream);
+  s.in_flight.fetch_sub(1, std::memory_order_release);
+  if (status != cudaSuccess) { detail::throw_allocation_error(status, bytes, stream, s); }
+  return ptr;
+}
+
+cudaError_t mem_pool::deallocate_async(void* ptr, cudaStream_t stream) noexcept
+{
+  auto const status = cudaFreeAsync(ptr, stream);
+  detail::clear_own_error(status);
+  return status;
+}
 
 namespace {
 
@@ -421,21 +322,33 @@ std::uint64_t mem_pool::get_attribute(pool_attribute attribute) const
 {
   cudaMemPool_t const h = handle();
   auto const& row       = info(attribute);
-  if (detail::driver_version() < row.min_driver) {
+  int const driver      = versions().driver;
+  auto unsupported      = [&](std::string const& why) {
+    return unsupported_error{"asyncmr: pool attribute '" + std::string{row.name} + "' " + why +
+                             ", and the value is not known for this pool without asking it"};
+  };
+  if (driver < row.min_driver) {
     if (auto known = known_value(*state_, attribute)) { return *known; }
-    throw unsupported_error{"asyncmr: pool attribute '" + std::string{row.name} +
-                            "' needs a CUDA driver >= " + version_string(row.min_driver) +
-                            "; this driver is " + version_string(detail::driver_version()) +
-                            ", and the value is not known for this pool without asking it"};
+    throw unsupported("needs a CUDA driver >= " + version_string(row.min_driver) +
+                      "; this driver is " + version_string(driver));
   }
   // Integer and boolean attributes are 4 bytes wide in the driver; a zeroed 8-byte slot reads
   // them correctly on every little-endian host CUDA supports.
   std::uint64_t value = 0;
+  cudaError_t status  = cudaSuccess;
   {
     detail::relaxed_capture_guard guard;
-    ASYNCMR_CUDA_TRY(
-      cudaMemPoolGetAttribute(h, static_cast<cudaMemPoolAttr>(row.cuda_value), &value));
+    status = cudaMemPoolGetAttribute(h, static_cast<cudaMemPoolAttr>(row.cuda_value), &value);
   }
+  if (status == cudaErrorInvalidValue && row.min_driver > 13000) {
+    // A driver that should know this attribute refused it (a build or platform without it):
+    // what asyncmr knows still answers; otherwise it is unsupported, not an error.
+    detail::clear_own_error(status);
+    if (auto known = known_value(*state_, attribute)) { return *known; }
+    throw unsupported("was refused by this driver (" + version_string(driver) +
+                      ", cudaErrorInvalidValue)");
+  }
+  ASYNCMR_CUDA_TRY(status);
   if (row.kind != attribute_kind::bytes) { value &= 0xffffffffULL; }
   if (row.kind == attribute_kind::boolean) { value = value != 0 ? 1 : 0; }
   return value;
@@ -497,7 +410,7 @@ void mem_pool::set_access(std::vector<int> const& devices, access_mode mode) con
   for (int const device : devices) {
     require_device(device);
     cudaMemAccessDesc d{};
-    d.location = location::device(device).to_cuda();
+    d.location = asyncmr::location::device(device).to_cuda();
     d.flags    = mode == access_mode::read_write ? cudaMemAccessFlagsProtReadWrite
                  : mode == access_mode::read     ? cudaMemAccessFlagsProtRead
                                                  : cudaMemAccessFlagsProtNone;
@@ -512,7 +425,7 @@ access_mode mem_pool::access(int device) const
   cudaMemPool_t const h = handle();
   detail::relaxed_capture_guard guard;
   require_device(device);
-  cudaMemLocation loc      = location::device(device).to_cuda();
+  cudaMemLocation loc      = asyncmr::location::device(device).to_cuda();
   cudaMemAccessFlags flags = cudaMemAccessFlagsProtNone;
   ASYNCMR_CUDA_TRY(cudaMemPoolGetAccess(&flags, h, &loc));
   switch (flags) {
@@ -525,16 +438,17 @@ access_mode mem_pool::access(int device) const
 mem_pool mem_pool::make_current() const
 {
   cudaMemPool_t const h = handle();
-  auto const w          = where();
+  auto const w          = location();
   auto const t          = type();
   if (!w || !t) {
     throw unsupported_error{
       "asyncmr: make_current needs the pool's location and allocation type; this driver "
       "cannot report them for an adopted handle (pass them to from_handle)"};
   }
-  mem_pool previous = current(*w, *t);
   detail::relaxed_capture_guard guard;
-  detail::route(*w, *t, h);
+  auto const path  = detail::routing_path(*w, *t);
+  mem_pool previous = current(*w, *t);
+  detail::set_current_pool(*w, *t, h, path);
   return previous;
 }
 
@@ -546,7 +460,10 @@ void mem_pool::close()
     view_  = false;
     return;
   }
-  state_->close();
+  // Allocations through other copies may be in flight: the registry reads this state's
+  // in-flight count before it decides to destroy the driver pool.
+  std::lock_guard<std::mutex> lock{state_->close_mutex};
+  if (cudaMemPool_t const h = state_->detach()) { detail::retire(h, state_); }
 }
 
 bool mem_pool::operator==(mem_pool const& other) const noexcept

@@ -7,6 +7,11 @@
 #include <asyncmr/capability.hpp>
 #include <asyncmr/error.hpp>
 
+#include <rmm/logger.hpp>
+
+#include <atomic>
+#include <cassert>
+#include <cstdio>
 #include <limits>
 #include <numeric>
 #include <stdexcept>
@@ -72,19 +77,19 @@ mem_pool acquire_pool(pool_request const& request)
   require_devices(request.accessible_from);
   mem_pool pool = [&] {
     switch (request.source) {
-      case pool_source::current: return mem_pool::current(request.where, request.type);
-      case pool_source::owned:
+      case pool_source::current: return mem_pool::current(request.location, request.type);
+      case pool_source::new_pool:
         return mem_pool::create(pool_properties{.type              = request.type,
-                                                .where             = request.where,
+                                                .location          = request.location,
                                                 .release_threshold = request.release_threshold});
       case pool_source::default_pool: break;
     }
-    return mem_pool::default_pool(request.where, request.type);
+    return mem_pool::default_pool(request.location, request.type);
   }();
-  if (request.source != pool_source::owned) {
+  if (request.source != pool_source::new_pool) {
     apply_shared_threshold_policy(pool, request.release_threshold);
   }
-  if (request.where.is_host()) { grant_access(pool, request.accessible_from); }
+  if (request.location.is_host()) { grant_access(pool, request.accessible_from); }
   return pool;
 }
 
@@ -102,36 +107,7 @@ void configure_adopted_pool(mem_pool& pool,
 // ---- allocation -------------------------------------------------------------------------
 
 namespace {
-
-[[noreturn]] void throw_allocation_error(cudaError_t error,
-                                         std::size_t bytes,
-                                         cudaStream_t stream,
-                                         mem_pool const& pool)
-{
-  cudaGetLastError();
-  auto const w = pool.where();
-  auto const t = pool.type();
-  std::string const what = std::to_string(bytes) + " bytes of " +
-                           (t ? to_string(*t) : "pool") + " memory" +
-                           (w ? " at " + w->to_string() : std::string{});
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (error != cudaErrorMemoryAllocation &&
-      cudaStreamIsCapturing(stream, &status) == cudaSuccess &&
-      status == cudaStreamCaptureStatusActive) {
-    throw unsupported_error{
-      "asyncmr: cannot allocate " + what + " inside a stream capture: CUDA refuses it (" +
-      cudaGetErrorName(error) +
-      "). Graph allocation nodes exist only for device and managed@device pools; allocate "
-      "before beginning the capture. The capture is still valid."};
-  }
-  cudaGetLastError();
-  if (error == cudaErrorMemoryAllocation) {
-    throw rmm::out_of_memory{"asyncmr: out of memory allocating " + what +
-                             " (cudaMallocFromPoolAsync: cudaErrorMemoryAllocation)"};
-  }
-  throw_cuda_error(error, ("cudaMallocFromPoolAsync(" + what + ")").c_str());
-}
-
+std::atomic<std::uint64_t> refused_frees{0};
 }  // namespace
 
 void* pool_resource_base::allocate(cuda::stream_ref stream, std::size_t bytes, std::size_t alignment)
@@ -141,23 +117,32 @@ void* pool_resource_base::allocate(cuda::stream_ref stream, std::size_t bytes, s
                                 " is not a power of two <= 256"};
   }
   if (bytes == 0) { return nullptr; }
-  cudaMemPool_t const h = pool_.handle_or_null();
-  if (h == nullptr) {
-    throw pool_closed_error{"asyncmr: allocating from a memory pool that was closed"};
-  }
-  void* ptr          = nullptr;
-  auto const status  = cudaMallocFromPoolAsync(&ptr, bytes, h, stream.get());
-  if (status != cudaSuccess) { throw_allocation_error(status, bytes, stream.get(), pool_); }
-  return ptr;
+  return pool_.allocate_async(bytes, stream.get());
+}
+
+cudaError_t pool_resource_base::deallocate_checked(cuda::stream_ref stream,
+                                                   void* ptr,
+                                                   std::size_t) noexcept
+{
+  if (ptr == nullptr) { return cudaSuccess; }
+  auto const status = mem_pool::deallocate_async(ptr, stream.get());
+  if (status != cudaSuccess) { refused_frees.fetch_add(1, std::memory_order_relaxed); }
+  return status;
 }
 
 void pool_resource_base::deallocate(cuda::stream_ref stream,
                                     void* ptr,
-                                    std::size_t,
+                                    std::size_t bytes,
                                     std::size_t) noexcept
 {
-  if (ptr == nullptr) { return; }
-  if (cudaFreeAsync(ptr, stream.get()) != cudaSuccess) { cudaGetLastError(); }
+  auto const status = deallocate_checked(stream, ptr, bytes);
+  if (status == cudaSuccess) { return; }
+  char text[32];
+  std::snprintf(text, sizeof text, "%p", ptr);
+  RMM_LOG_ERROR("asyncmr: cudaFreeAsync(%s, %zu bytes) failed: %s (%s); a double free, or a "
+                "pointer this resource did not allocate?",
+                text, bytes, cudaGetErrorName(status), cudaGetErrorString(status));
+  assert(status == cudaSuccess);  // NOLINT: debug builds stop here, as RMM's resources do
 }
 
 void* pool_resource_base::allocate_sync(std::size_t bytes, std::size_t alignment)
@@ -174,13 +159,18 @@ void pool_resource_base::deallocate_sync(void* ptr, std::size_t bytes, std::size
 
 }  // namespace detail
 
+std::uint64_t failed_deallocations() noexcept
+{
+  return detail::refused_frees.load(std::memory_order_relaxed);
+}
+
 // ---- the three resources ----------------------------------------------------------------
 
 namespace {
 
 location managed_location(managed_resource_options const& o, int device)
 {
-  return o.where.value_or(location::device(device));
+  return o.location.value_or(location::device(device));
 }
 
 }  // namespace
@@ -189,7 +179,7 @@ async_managed_memory_resource::async_managed_memory_resource(managed_resource_op
   : pool_resource_base{[&] {
       int const device = detail::resolve_device(o.device);
       return detail::acquire_pool({.type              = allocation_type::managed,
-                                   .where             = managed_location(o, device),
+                                   .location          = managed_location(o, device),
                                    .source            = o.source,
                                    .release_threshold = o.release_threshold,
                                    .accessible_from   = o.accessible_from,
@@ -207,7 +197,7 @@ async_managed_memory_resource::async_managed_memory_resource(mem_pool pool,
       // A host-located managed pool starts with no device access. When the driver cannot
       // say where an adopted pool lives, its answer to "can the resource's device access
       // it" decides: a pool the device cannot reach gets the grants.
-      auto const w      = pool.where();
+      auto const w      = pool.location();
       bool const remote = w ? w->is_host()
                             : pool.access(detail::resolve_device(o.device)) == access_mode::none;
       detail::configure_adopted_pool(pool, o.release_threshold, o.accessible_from, remote);
@@ -221,7 +211,7 @@ async_pinned_memory_resource::async_pinned_memory_resource(pinned_resource_optio
   : pool_resource_base{[&] {
       auto const where = o.numa_node ? location::host_numa(*o.numa_node) : location::host();
       return detail::acquire_pool({.type              = allocation_type::pinned,
-                                   .where             = where,
+                                   .location          = where,
                                    .source            = o.source,
                                    .release_threshold = o.release_threshold,
                                    .accessible_from   = o.accessible_from,
@@ -244,7 +234,7 @@ async_device_memory_resource::async_device_memory_resource(device_resource_optio
   : pool_resource_base{[&] {
       int const device = detail::resolve_device(o.device);
       return detail::acquire_pool({.type              = allocation_type::device,
-                                   .where             = location::device(device),
+                                   .location          = location::device(device),
                                    .source            = o.source,
                                    .release_threshold = o.release_threshold,
                                    .device            = device});
@@ -261,7 +251,7 @@ async_device_memory_resource::async_device_memory_resource(mem_pool pool,
       return pool;
     }()},
     device_{[&] {
-      auto const w = this->pool().where();
+      auto const w = this->pool().location();
       return (w && w->kind == location_kind::device) ? w->id : detail::resolve_device(o.device);
     }()}
 {

@@ -16,7 +16,7 @@ namespace asyncmr {
 struct managed_resource_options {
   std::optional<int> device{};                        ///< unset: the current device
   pool_source source{pool_source::default_pool};      ///< which pool
-  std::optional<location> where{};                    ///< unset: `location::device(device)`
+  std::optional<asyncmr::location> location{};        ///< unset: `location::device(device)`
   std::optional<std::uint64_t> release_threshold{};   ///< bytes; see the constructor
   std::optional<std::vector<int>> accessible_from{};  ///< host-located pools; unset = all devices
 };
@@ -38,7 +38,8 @@ class async_managed_memory_resource final : public detail::pool_resource_base {
    * applied exactly. Owned pools get `release_threshold`, else the maximum. Host-located pools
    * get read-write access for `accessible_from` (every visible device by default).
    *
-   * @throws unsupported_error in a CUDA 12 build, or on devices without concurrent managed
+   * @throws unsupported_error on a driver older than 13.0 (a CUDA 12 build reaches a 13.x
+   * driver's managed pools through its entry points), or on devices without concurrent managed
    * access; `no_device_error` without a usable CUDA device.
    */
   explicit async_managed_memory_resource(managed_resource_options const& options = {});

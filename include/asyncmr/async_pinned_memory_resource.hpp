@@ -30,8 +30,9 @@ struct pinned_resource_options {
 class async_pinned_memory_resource final : public detail::pool_resource_base {
  public:
   /**
-   * @brief Obtains the pool `options` name (default: the CUDA 13 default host pinned pool;
-   * a build against CUDA 12.6-12.9 has no default host pool and needs `pool_source::owned`).
+   * @brief Obtains the pool `options` name (default: the default host pinned pool: CUDA 13's,
+   * or, for a CUDA 12 build on a 12.x driver, asyncmr's process-wide stand-in; see
+   * `decide_pool_support`).
    *
    * Process-wide effects on shared pools: access grants, and the release threshold policy of
    * `async_managed_memory_resource`.

@@ -61,9 +61,22 @@ namespace detail {
  *
  * `cudaErrorMemoryAllocation` becomes `rmm::out_of_memory`; missing drivers and devices become
  * `no_device_error`; `cudaErrorNotSupported` becomes `unsupported_error`; the rest `cuda_error`.
- * The (non-sticky) last-error slot of the runtime is cleared, so later calls start clean.
+ * The runtime's last-error slot is cleared of `error` (`clear_own_error`), so later calls
+ * start clean.
  */
 [[noreturn]] void throw_cuda_error(cudaError_t error, char const* call);
+
+/**
+ * @brief Clears the runtime's (non-sticky) last-error slot if it holds `status`, the error
+ * asyncmr's own call just returned. A success clears nothing, so an error a user's earlier,
+ * unrelated call left pending is still there for the user to read.
+ */
+inline void clear_own_error(cudaError_t status) noexcept
+{
+  if (status != cudaSuccess && cudaPeekAtLastError() == status) {
+    static_cast<void>(cudaGetLastError());
+  }
+}
 
 }  // namespace detail
 }  // namespace asyncmr

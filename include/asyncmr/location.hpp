@@ -5,7 +5,8 @@
 
 /**
  * @file location.hpp
- * @brief Where a pool's memory lives, and what kind of memory it hands out.
+ * @brief The vocabulary of pools: where a pool's memory lives, what kind of memory it hands
+ * out, and which pool of a location a resource takes.
  */
 
 #include <cuda_runtime_api.h>
@@ -75,6 +76,17 @@ enum class allocation_type : int { device, pinned, managed };
 
 /// @brief "device", "pinned" or "managed".
 [[nodiscard]] char const* to_string(allocation_type type) noexcept;
+
+/// @brief Which pool of a location and allocation type a resource takes.
+enum class pool_source : int {
+  default_pool,  ///< the default pool of the location and type (shared, process-wide)
+  current,       ///< the current pool of the location and type (shared, process-wide)
+  new_pool,      ///< a new pool made for, and destroyed with, the resource (Python: "new")
+  owned [[deprecated("use pool_source::new_pool")]] = new_pool,
+};
+
+/// @brief "default", "current" or "new" (the Python spelling).
+[[nodiscard]] char const* to_string(pool_source source) noexcept;
 
 namespace detail {
 /// @brief The driver's allocation type for `type`.

@@ -28,8 +28,8 @@ enum class access_mode : int { none, read, read_write };
 
 /// @brief Properties of a pool made by `mem_pool::create`.
 struct pool_properties {
-  allocation_type type{allocation_type::device};  ///< what the pool hands out
-  location where{location::device(0)};             ///< where its memory lives
+  allocation_type type{allocation_type::device};               ///< what the pool hands out
+  asyncmr::location location{asyncmr::location::device(0)};    ///< where its memory lives
   std::size_t max_size{0};  ///< upper bound on the pool's reserved bytes; 0 = driver's default
   /// `cudaMemAllocationHandleType` bits the pool's memory can be exported with; 0 = none.
   int export_handle_types{0};
@@ -46,7 +46,8 @@ struct pool_state;
  *
  * An owned pool (from `create`, or `from_handle(h, true)`) is destroyed when the last copy goes
  * away or at `close()`; a view (default, current, adopted) is never destroyed by asyncmr.
- * Outstanding allocations keep an owned pool's memory alive in the driver after destruction.
+ * Outstanding allocations keep an owned pool alive in the driver after `close()`: asyncmr
+ * destroys it once nothing is allocated from it (see `close`).
  *
  * Shared pools (default and current) are process-wide: changing their attributes or access
  * affects every user of that pool in the process. Like a pointer, a const handle still changes
@@ -54,46 +55,79 @@ struct pool_state;
  */
 class mem_pool {
  public:
-  /// @brief The CUDA 13 default pool of `type` at `where` (`cudaMemGetDefaultMemPool`); for
-  /// device memory in a CUDA 12 build, `cudaDeviceGetDefaultMemPool`. A view.
-  [[nodiscard]] static mem_pool default_pool(location where, allocation_type type);
-  /// @brief The current pool of `type` at `where` (`cudaMemGetMemPool`): the default pool
+  /// @brief An empty handle, refers to no pool: `closed()`, and every pool operation throws
+  /// `pool_closed_error`. Assign a pool to it to use it.
+  mem_pool();
+
+  /**
+   * @brief The default pool of `type` at `location`: CUDA 13's (`cudaMemGetDefaultMemPool`,
+   * reached through the driver in a CUDA 12 build on a 13.x driver); device pools in a CUDA 12
+   * build, `cudaDeviceGetDefaultMemPool`; host pools in a CUDA 12 build on a 12.x driver,
+   * asyncmr's process-wide stand-in (see `capability.hpp`). A view.
+   */
+  [[nodiscard]] static mem_pool default_pool(asyncmr::location location, allocation_type type);
+  /// @brief The current pool of `type` at `location` (`cudaMemGetMemPool`): the default pool
   /// unless someone called `cudaMemSetMemPool`. A view.
-  [[nodiscard]] static mem_pool current(location where, allocation_type type);
+  [[nodiscard]] static mem_pool current(asyncmr::location location, allocation_type type);
   /// @brief A new pool owned by the returned object (`cudaMemPoolCreate`).
   [[nodiscard]] static mem_pool create(pool_properties const& props);
   /**
-   * @brief Adopts an existing pool handle. `owned` hands destruction to asyncmr. `where` and
+   * @brief Adopts an existing pool handle. `owned` hands destruction to asyncmr. `location` and
    * `type`, when known, make `location()`, `type()` and `make_current()` work on drivers that
    * cannot be asked (older than 13.2).
+   *
+   * The driver does not check a handle before reading through it: asyncmr refuses handles with
+   * nothing mapped at them and pools it closed and has not destroyed yet; anything else is
+   * judged by the driver's answer to an attribute query.
    */
   [[nodiscard]] static mem_pool from_handle(cudaMemPool_t handle,
-                                            bool owned                      = false,
-                                            std::optional<location> where   = {},
-                                            std::optional<allocation_type> type = {});
+                                            bool owned                                   = false,
+                                            std::optional<asyncmr::location> location    = {},
+                                            std::optional<allocation_type> type          = {});
 
   /// @brief The driver handle. Throws `pool_closed_error` after `close()`.
   [[nodiscard]] cudaMemPool_t handle() const;
-  /// @brief The driver handle, or nullptr after `close()`; never throws (allocation fast path).
+  /// @brief The driver handle, or nullptr after `close()`; never throws.
   [[nodiscard]] cudaMemPool_t handle_or_null() const noexcept;
   /// @brief True if asyncmr destroys this pool.
   [[nodiscard]] bool owned() const noexcept;
   /// @brief True once `close()` ran.
   [[nodiscard]] bool closed() const noexcept;
   /// @brief Where the memory lives, if known (always, except for adopted handles on old drivers).
-  [[nodiscard]] std::optional<location> where() const;
-  /// @brief What the pool hands out, if known (as for `where`).
+  [[nodiscard]] std::optional<asyncmr::location> location() const;
+  [[deprecated("use location()")]] [[nodiscard]] std::optional<asyncmr::location> where() const
+  {
+    return location();
+  }
+  /// @brief What the pool hands out, if known (as for `location`).
   [[nodiscard]] std::optional<allocation_type> type() const;
   /// @brief Creation properties, for pools asyncmr created.
   [[nodiscard]] std::optional<pool_properties> properties() const;
+
+  /**
+   * @brief Allocates `bytes` bytes in stream order on `stream` (`cudaMallocFromPoolAsync`).
+   *
+   * Safe against a concurrent `close()`: the allocation either fails with `pool_closed_error`
+   * or completes on a pool that `close()` then parks instead of destroying.
+   * @throws rmm::out_of_memory when the pool cannot grow; `unsupported_error` when CUDA refuses
+   * the allocation inside a stream capture (host pools); `pool_closed_error` after close.
+   */
+  [[nodiscard]] void* allocate_async(std::size_t bytes, cudaStream_t stream) const;
+
+  /**
+   * @brief Frees `ptr` in stream order on `stream` (`cudaFreeAsync`). Never throws: returns the
+   * CUDA error (a double free, or a pointer no pool handed out, is `cudaErrorInvalidValue`),
+   * after clearing it from the runtime's last-error slot.
+   */
+  [[nodiscard]] static cudaError_t deallocate_async(void* ptr, cudaStream_t stream) noexcept;
 
   /**
    * @brief Reads an attribute as a 64-bit value (booleans as 0/1).
    *
    * The CUDA 13.2 attributes, on an older driver, are answered from what asyncmr knows without
    * asking: location and allocation type of any pool it obtained by location; max size, export
-   * handle types and decompression of pools it created. Otherwise `unsupported_error` names the
-   * driver version needed.
+   * handle types and decompression of pools it created. Otherwise, and when a driver that
+   * should know one refuses it, `unsupported_error` names the driver needed.
    */
   [[nodiscard]] std::uint64_t get_attribute(pool_attribute attribute) const;
   /**
@@ -142,8 +176,9 @@ class mem_pool {
   /**
    * @brief Destroys an owned pool (a view just stops being usable). Idempotent. Every later use
    * of this pool through any copy throws `pool_closed_error`. Live allocations stay valid until
-   * freed: while any exist, the driver pool is trimmed and its destruction deferred to a later
-   * close or create, because freeing into a destroyed pool crashed the 13.0 driver.
+   * freed: while any exist, or an allocation is in flight on another thread, the driver pool is
+   * trimmed and its destruction deferred to a later close or create ("parked"), because freeing
+   * into a destroyed pool crashed the 13.0 driver.
    */
   void close();
 

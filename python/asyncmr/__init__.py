@@ -16,21 +16,32 @@ from asyncmr._exceptions import (
     UnsupportedError,
 )
 from asyncmr._location import Location
-from asyncmr._attributes import AttributeInfo, PeakTracker, PoolAttributes
 from asyncmr._core import (
+    AccessMode,
+    AllocationType,
     AsyncDeviceMR,
     AsyncManagedMR,
     AsyncPinnedMR,
+    LocationKind,
     MemPool,
+    PoolPath,
+    PoolSource,
     device_count,
     driver_version,
+    failed_deallocations,
+    pool_support,
     runtime_version,
 )
+# The attribute table is built when _attributes is imported (from _core's table), so no import
+# order can leave it empty.
 from asyncmr._attributes import TABLE as attribute_table
+from asyncmr._attributes import AttributeInfo, PeakTracker, PoolAttributes
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AccessMode",
+    "AllocationType",
     "AsyncDeviceMR",
     "AsyncManagedMR",
     "AsyncMRError",
@@ -38,14 +49,19 @@ __all__ = [
     "AttributeInfo",
     "CUDAError",
     "Location",
+    "LocationKind",
     "MemPool",
     "NoDeviceError",
     "PeakTracker",
     "PoolAttributes",
     "PoolClosedError",
+    "PoolPath",
+    "PoolSource",
     "UnsupportedError",
     "attribute_table",
     "device_count",
     "driver_version",
+    "failed_deallocations",
+    "pool_support",
     "runtime_version",
 ]

@@ -1,14 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Pool attributes as one object per pool, generated from the C++ attribute table."""
+"""Pool attributes as one object per pool, with one property per row of the C++ attribute
+table (``include/asyncmr/pool_attributes.hpp``). The properties are made here, when this module
+is imported, from the table the extension reports; ``_attributes.pyi`` is generated from the
+same table (``ci/generate_stubs.py``) so editors see them, and a test fails if the two drift."""
 
 from __future__ import annotations
 
 import contextlib
 from typing import NamedTuple
 
+from asyncmr import _core, _validate
 from asyncmr._exceptions import UnsupportedError
-from asyncmr._location import KINDS
-from asyncmr._validate import size
 
 
 class AttributeInfo(NamedTuple):
@@ -17,30 +19,30 @@ class AttributeInfo(NamedTuple):
     index: int
     name: str
     cuda_value: int  #: the ``cudaMemPoolAttr`` value
-    kind: str  #: "boolean", "integer" or "bytes"
-    access: str  #: "read_only", "read_write" or "reset_only"
+    kind: str  #: "boolean", "integer" or "bytes" (an :class:`AttributeKind` name)
+    access: str  #: "read_only", "read_write" or "reset_only" (an :class:`AttributeAccess` name)
     min_driver: int  #: first driver version that knows it (13020 = 13.2)
 
 
-_KIND_NAMES = ("boolean", "integer", "bytes")
-_ACCESS_NAMES = ("read_only", "read_write", "reset_only")
-
-# Driver enums some integer attributes hold, spelled out for people.
-_DECODE = {
-    "allocation_type": {1: "pinned", 2: "managed"},
-    "location_type": dict(enumerate(KINDS)),
-}
-
-#: The table, filled by ``install`` when the extension loads.
-TABLE: tuple[AttributeInfo, ...] = ()
+#: The table, in the C++ enum's order.
+TABLE: tuple[AttributeInfo, ...] = tuple(
+    AttributeInfo(i, name, cuda_value, kind.name, access.name, min_driver)
+    for i, (name, cuda_value, kind, access, min_driver) in enumerate(_core.attribute_table())
+)
 
 
-def _decode(row: AttributeInfo, raw: int):
+def _decode(pool, row: AttributeInfo, raw: int):
     if row.kind == "boolean":
         return bool(raw)
     if row.kind == "integer" and raw >= 2**31:
         raw -= 2**32  # a C int
-    return _DECODE.get(row.name, {}).get(raw, raw)
+    if row.name == "allocation_type":
+        # Pinned to the driver is device memory on a device and host memory elsewhere: the
+        # pool's own answer, so both spellings agree.
+        return pool.allocation_type
+    if row.name == "location_type":
+        return _core._location_kind_from_cuda(raw).name
+    return raw
 
 
 def _encode(row: AttributeInfo, value) -> int:
@@ -48,7 +50,7 @@ def _encode(row: AttributeInfo, value) -> int:
         if not isinstance(value, bool) and value not in (0, 1):
             raise TypeError(f"{row.name} must be a bool, got {value!r}")
         return int(value)
-    return size(row.name, value, optional=False)
+    return _validate.size(row.name, value, optional=False)
 
 
 class PoolAttributes:
@@ -65,7 +67,7 @@ class PoolAttributes:
 
     Every read and write runs in relaxed stream-capture mode: safe while another stream is
     being captured. Writing a shared (default or current) pool's attributes affects every user
-    of that pool in the process.
+    of that pool in the process. The object keeps its pool alive; the pool does not keep it.
     """
 
     __slots__ = ("_pool",)
@@ -113,7 +115,7 @@ class PoolAttributes:
 
 def _make_property(row: AttributeInfo) -> property:
     def fget(self):
-        return _decode(row, self._pool._get_attribute(row.index))
+        return _decode(self._pool, row, self._pool._get_attribute(row.index))
 
     if row.access == "read_only":
 
@@ -135,22 +137,30 @@ def _make_property(row: AttributeInfo) -> property:
         def fset(self, value):
             self._pool._set_attribute(row.index, _encode(row, value))
 
+    return property(fget, fset, doc=property_doc(row))
+
+
+def property_doc(row: AttributeInfo) -> str:
+    """The docstring of ``row``'s property (also written into the stub)."""
     unit = " (bytes)" if row.kind == "bytes" else ""
     doc = f"``{row.name}``{unit}: {row.access.replace('_', '-')}"
     if row.min_driver > 13000:
         doc += f"; driver >= {row.min_driver // 1000}.{row.min_driver % 1000 // 10}"
-    return property(fget, fset, doc=doc)
+    return doc
 
 
-def install(rows) -> None:
-    """Build the table and the properties of PoolAttributes from the C++ table rows."""
-    global TABLE
-    TABLE = tuple(
-        AttributeInfo(i, name, cuda_value, _KIND_NAMES[kind], _ACCESS_NAMES[access], min_driver)
-        for i, (name, cuda_value, kind, access, min_driver) in enumerate(rows)
-    )
-    for row in TABLE:
-        setattr(PoolAttributes, row.name, _make_property(row))
+def property_type(row: AttributeInfo) -> str:
+    """The Python type ``row``'s property reads as (also written into the stub)."""
+    if row.kind == "boolean":
+        return "bool"
+    if row.name in ("allocation_type", "location_type"):
+        return "str | None" if row.name == "allocation_type" else "str"
+    return "int"
+
+
+for _row in TABLE:
+    setattr(PoolAttributes, _row.name, _make_property(_row))
+del _row
 
 
 class PeakTracker:
@@ -168,7 +178,7 @@ class PeakTracker:
         self.reserved: int | None = None
 
     def __enter__(self) -> PeakTracker:
-        self._pool.reset_peak()
+        self._pool.reset_peaks()
         return self
 
     def __exit__(self, *exc) -> bool:

@@ -3,8 +3,9 @@
  */
 #pragma once
 
-// Glue between Cython and the C++ API: plain-integer entry points (Cython handles C++ enum
-// classes and std::optional poorly) and the one translator from C++ exceptions to Python's.
+// Glue between Cython and the C++ API, for what Cython cannot say itself: the one translator
+// from C++ exceptions to Python's, the construction of any resource from its options (one
+// template for the three resources), and calls that take a stream as an integer.
 
 #include <Python.h>
 
@@ -12,11 +13,12 @@
 
 #include <rmm/error.hpp>
 
+#include <cuda/stream>
+
 #include <cstdint>
+#include <memory>
 #include <new>
-#include <optional>
 #include <stdexcept>
-#include <vector>
 
 namespace asyncmr_py {
 
@@ -66,167 +68,75 @@ inline void translate_exception()
   }
 }
 
-// ---- locations and pools ----------------------------------------------------------------------
-inline location make_location(int kind, int id)
+// ---- resources --------------------------------------------------------------------------------
+
+/// Builds resource `R` from its options, on `adopt` when given (one path for the three).
+template <class R, class Options>
+std::shared_ptr<R> make_resource(mem_pool const* adopt, Options const& options)
 {
-  return location{static_cast<location_kind>(kind), id};
+  return adopt != nullptr ? std::make_shared<R>(*adopt, options) : std::make_shared<R>(options);
 }
 
-inline mem_pool* new_pool(int source, int kind, int id, int type)
+inline cudaStream_t as_stream(std::uintptr_t stream) noexcept
 {
-  auto const where = make_location(kind, id);
-  auto const t     = static_cast<allocation_type>(type);
-  return new mem_pool(source == 0 ? mem_pool::default_pool(where, t) : mem_pool::current(where, t));
+  return reinterpret_cast<cudaStream_t>(stream);
 }
 
-inline mem_pool* new_created_pool(int kind,
-                                  int id,
-                                  int type,
-                                  std::size_t max_size,
-                                  int handle_types,
-                                  bool has_threshold,
-                                  std::uint64_t threshold)
+inline std::uintptr_t allocate(detail::pool_resource_base& mr, std::uintptr_t stream, std::size_t bytes)
 {
-  pool_properties props{.type                = static_cast<allocation_type>(type),
-                        .where               = make_location(kind, id),
-                        .max_size            = max_size,
-                        .export_handle_types = handle_types};
-  if (has_threshold) { props.release_threshold = threshold; }
-  return new mem_pool(mem_pool::create(props));
+  return reinterpret_cast<std::uintptr_t>(
+    mr.allocate(cuda::stream_ref{as_stream(stream)}, bytes, rmm::CUDA_ALLOCATION_ALIGNMENT));
 }
 
-inline mem_pool* new_adopted_pool(
-  std::uintptr_t handle, bool owned, bool has_location, int kind, int id, int type)
+/// The status of the free, for Python to raise on (C++'s deallocate only logs it).
+inline cudaError_t deallocate(detail::pool_resource_base& mr,
+                              std::uintptr_t stream,
+                              std::uintptr_t ptr,
+                              std::size_t bytes) noexcept
 {
-  std::optional<location> where;
-  std::optional<allocation_type> t;
-  if (has_location) { where = make_location(kind, id); }
-  if (type >= 0) { t = static_cast<allocation_type>(type); }
-  return new mem_pool(
-    mem_pool::from_handle(reinterpret_cast<cudaMemPool_t>(handle), owned, where, t));
+  return mr.deallocate_checked(cuda::stream_ref{as_stream(stream)}, reinterpret_cast<void*>(ptr),
+                               bytes);
 }
 
-inline mem_pool* copy_pool(mem_pool const& pool) { return new mem_pool(pool); }
+// ---- pools ------------------------------------------------------------------------------------
 
-inline std::uintptr_t pool_handle(mem_pool const& pool)
+inline std::uintptr_t handle_of(mem_pool const& pool)
 {
   return reinterpret_cast<std::uintptr_t>(pool.handle());
 }
 
-// -1 when unknown.
-inline int pool_location_kind(mem_pool const& pool)
+inline mem_pool adopt_handle(std::uintptr_t handle,
+                             bool owned,
+                             std::optional<location> where,
+                             std::optional<allocation_type> type)
 {
-  auto const w = pool.where();
-  return w ? static_cast<int>(w->kind) : -1;
+  return mem_pool::from_handle(reinterpret_cast<cudaMemPool_t>(handle), owned, where, type);
 }
-inline int pool_location_id(mem_pool const& pool)
-{
-  auto const w = pool.where();
-  return w ? w->id : 0;
-}
-inline int pool_type(mem_pool const& pool)
-{
-  auto const t = pool.type();
-  return t ? static_cast<int>(*t) : -1;
-}
-inline bool pool_created(mem_pool const& pool) { return pool.properties().has_value(); }
 
-inline std::uint64_t get_attribute(mem_pool const& pool, int index)
+/// The attribute in row `index` of the table (table order is the enum's order).
+inline std::uint64_t get_attribute(mem_pool const& pool, std::size_t index)
 {
   return pool.get_attribute(static_cast<pool_attribute>(index));
 }
-inline void set_attribute(mem_pool& pool, int index, std::uint64_t value)
+inline void set_attribute(mem_pool const& pool, std::size_t index, std::uint64_t value)
 {
   pool.set_attribute(static_cast<pool_attribute>(index), value);
 }
-inline void set_access(mem_pool& pool, std::vector<int> const& devices, int mode)
-{
-  pool.set_access(devices, static_cast<access_mode>(mode));
-}
-inline int get_access(mem_pool const& pool, int device)
-{
-  return static_cast<int>(pool.access(device));
-}
-inline mem_pool* make_current(mem_pool const& pool) { return new mem_pool(pool.make_current()); }
 
-// The attribute table, row by row, for Python.
-inline std::size_t attribute_count() { return attribute_table.size(); }
-inline char const* attribute_name(std::size_t i) { return attribute_table[i].name.data(); }
-inline int attribute_kind_of(std::size_t i) { return static_cast<int>(attribute_table[i].kind); }
-inline int attribute_access_of(std::size_t i)
-{
-  return static_cast<int>(attribute_table[i].access);
-}
-inline int attribute_min_driver(std::size_t i) { return attribute_table[i].min_driver; }
-inline int attribute_cuda_value(std::size_t i) { return attribute_table[i].cuda_value; }
+// The attribute table, row by row (its names are null-terminated string literals).
+inline std::size_t attribute_count() noexcept { return attribute_table.size(); }
+inline attribute_info const& attribute_row(std::size_t i) { return attribute_table.at(i); }
+inline char const* attribute_name(std::size_t i) { return attribute_table.at(i).name.data(); }
 
-// ---- resources ---------------------------------------------------------------------------------
-inline std::optional<int> opt_int(bool has, int value)
+/// The location kind a driver `cudaMemLocationType` value names.
+inline location_kind kind_from_cuda(int value)
 {
-  return has ? std::optional<int>{value} : std::nullopt;
-}
-inline std::optional<std::uint64_t> opt_u64(bool has, std::uint64_t value)
-{
-  return has ? std::optional<std::uint64_t>{value} : std::nullopt;
-}
-inline std::optional<std::vector<int>> opt_devices(bool all, std::vector<int> const& devices)
-{
-  return all ? std::nullopt : std::optional<std::vector<int>>{devices};
+  cudaMemLocation loc{};
+  loc.type = static_cast<cudaMemLocationType>(value);
+  return location::from_cuda(loc).kind;
 }
 
-inline async_managed_memory_resource* new_managed(mem_pool const* adopt,
-                                                  bool has_device,
-                                                  int device,
-                                                  int source,
-                                                  bool has_location,
-                                                  int kind,
-                                                  int id,
-                                                  bool has_threshold,
-                                                  std::uint64_t threshold,
-                                                  bool all_devices,
-                                                  std::vector<int> const& devices)
-{
-  managed_resource_options o{.device            = opt_int(has_device, device),
-                             .source            = static_cast<pool_source>(source),
-                             .release_threshold = opt_u64(has_threshold, threshold),
-                             .accessible_from   = opt_devices(all_devices, devices)};
-  if (has_location) { o.where = make_location(kind, id); }
-  return adopt != nullptr ? new async_managed_memory_resource(*adopt, o)
-                          : new async_managed_memory_resource(o);
-}
-
-inline async_pinned_memory_resource* new_pinned(mem_pool const* adopt,
-                                                int source,
-                                                bool has_numa,
-                                                int numa_node,
-                                                bool has_threshold,
-                                                std::uint64_t threshold,
-                                                bool all_devices,
-                                                std::vector<int> const& devices)
-{
-  pinned_resource_options o{.source            = static_cast<pool_source>(source),
-                            .numa_node         = opt_int(has_numa, numa_node),
-                            .release_threshold = opt_u64(has_threshold, threshold),
-                            .accessible_from   = opt_devices(all_devices, devices)};
-  return adopt != nullptr ? new async_pinned_memory_resource(*adopt, o)
-                          : new async_pinned_memory_resource(o);
-}
-
-inline async_device_memory_resource* new_device(mem_pool const* adopt,
-                                                bool has_device,
-                                                int device,
-                                                int source,
-                                                bool has_threshold,
-                                                std::uint64_t threshold)
-{
-  device_resource_options o{.device            = opt_int(has_device, device),
-                            .source            = static_cast<pool_source>(source),
-                            .release_threshold = opt_u64(has_threshold, threshold)};
-  return adopt != nullptr ? new async_device_memory_resource(*adopt, o)
-                          : new async_device_memory_resource(o);
-}
-
-inline int driver_version() { return versions().driver; }
-inline int runtime_version() { return versions().runtime; }
+inline char const* error_name(cudaError_t e) noexcept { return cudaGetErrorName(e); }
+inline char const* error_text(cudaError_t e) noexcept { return cudaGetErrorString(e); }
 
 }  // namespace asyncmr_py

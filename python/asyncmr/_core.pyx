@@ -4,12 +4,12 @@
 
 import contextlib
 import operator
+import warnings
 
 from cython.operator cimport dereference as deref
-from libc.stdint cimport int64_t, uint64_t, uintptr_t
-from libcpp cimport bool as cbool
-from libcpp.memory cimport unique_ptr
-from libcpp.optional cimport optional
+from libc.stdint cimport INT64_MAX, int64_t, uint32_t, uint64_t, uintptr_t
+from libcpp.memory cimport shared_ptr, unique_ptr
+from libcpp.optional cimport optional, nullopt
 from libcpp.vector cimport vector
 
 from rmm.librmm.memory_resource cimport device_async_resource_ref
@@ -19,137 +19,201 @@ from rmm.pylibrmm.utils cimport as_stream
 
 from rmm.pylibrmm.stream import DEFAULT_STREAM
 
-from asyncmr._cpp cimport (
-    async_device_memory_resource,
-    async_managed_memory_resource,
-    async_pinned_memory_resource,
-    attribute_access_of,
-    attribute_count,
-    attribute_cuda_value,
-    attribute_kind_of,
-    attribute_min_driver,
-    attribute_name,
-    copy_pool,
-    get_access,
-    get_attribute,
-    make_current,
-    mem_pool,
-    new_adopted_pool,
-    new_created_pool,
-    new_device,
-    new_managed,
-    new_pinned,
-    new_pool,
-    pool_created,
-    pool_handle,
-    pool_location_id,
-    pool_location_kind,
-    pool_type,
-    set_access,
-    set_attribute,
-    set_exception_types,
-    translate_exception,
-)
-from asyncmr._cpp cimport driver_version as c_driver_version
-from asyncmr._cpp cimport runtime_version as c_runtime_version
-from asyncmr._cpp cimport device_count as c_device_count
-
-from asyncmr import _attributes, _validate
+from asyncmr import _validate
 from asyncmr._exceptions import CUDAError, NoDeviceError, PoolClosedError, UnsupportedError
-from asyncmr._location import (
-    ALLOCATION_TYPES,
-    KINDS,
-    Location,
-    check_allocation_type,
-    check_location,
-)
+from asyncmr._location import Location
 
 set_exception_types(NoDeviceError, UnsupportedError, PoolClosedError, CUDAError)
 
 # RMM's make_device_async_resource_ref is a template; naming it again lets it take our types.
 cdef extern from *:
-    optional[device_async_resource_ref] make_managed_ref "make_device_async_resource_ref"(
-        async_managed_memory_resource&) except +translate_exception
-    optional[device_async_resource_ref] make_pinned_ref "make_device_async_resource_ref"(
-        async_pinned_memory_resource&) except +translate_exception
-    optional[device_async_resource_ref] make_device_ref "make_device_async_resource_ref"(
-        async_device_memory_resource&) except +translate_exception
-
-
-# Allocation through the resource's RMM reference, with asyncmr's exception translation
-# (RMM's own allocate() turns every non-allocation C++ error into RuntimeError).
-cdef extern from *:
-    """
-    #include <cuda/stream>
-    #include <rmm/aligned.hpp>
-    static inline std::uintptr_t resource_allocate(
-        std::optional<cython_device_async_resource_ref> const& ref,
-        std::uintptr_t stream, std::size_t bytes)
-    {
-        rmm::device_async_resource_ref r = ref.value();
-        return reinterpret_cast<std::uintptr_t>(r.allocate(
-            cuda::stream_ref{reinterpret_cast<cudaStream_t>(stream)}, bytes,
-            rmm::CUDA_ALLOCATION_ALIGNMENT));
-    }
-    static inline void resource_deallocate(
-        std::optional<cython_device_async_resource_ref> const& ref,
-        std::uintptr_t stream, std::uintptr_t ptr, std::size_t bytes) noexcept
-    {
-        rmm::device_async_resource_ref r = ref.value();
-        r.deallocate(
-            cuda::stream_ref{reinterpret_cast<cudaStream_t>(stream)},
-            reinterpret_cast<void*>(ptr), bytes, rmm::CUDA_ALLOCATION_ALIGNMENT);
-    }
-    """
-    uintptr_t resource_allocate(const optional[device_async_resource_ref]&, uintptr_t,
-                                size_t) except +translate_exception nogil
-    void resource_deallocate(const optional[device_async_resource_ref]&, uintptr_t,
-                             uintptr_t, size_t) noexcept nogil
-
-
-# The raw floor for the benchmark, in this process: the two driver calls and nothing else, so
-# a Python resource and the floor of its pool are timed in the same interleaved rounds.
-cdef extern from "cuda_runtime_api.h" nogil:
-    ctypedef void* cudaMemPool_t  # opaque handles: only passed through
-    ctypedef void* cudaStream_t
-
-cdef extern from "asyncmr/detail/raw_pool_pairs.hpp" namespace "asyncmr::detail" nogil:
-    int64_t raw_pool_pairs(cudaMemPool_t, cudaStream_t, size_t, int64_t) \
+    optional[device_async_resource_ref] make_ref "make_device_async_resource_ref"[R](R&) \
         except +translate_exception
 
+# The headroom estimate of the GIL policy (see _PoolResource.allocate): the pool's reserved
+# bytes not in use, read in one relaxed-capture section; 0 when the driver cannot say.
+cdef extern from *:
+    """
+    #include <asyncmr/detail/capture_mode.hpp>
+    static inline long long asyncmr_pool_headroom(asyncmr::mem_pool const& pool) noexcept
+    {
+        cudaMemPool_t const h = pool.handle_or_null();
+        if (h == nullptr) { return 0; }
+        unsigned long long reserved = 0, used = 0;
+        asyncmr::detail::relaxed_capture_guard guard;
+        auto const a = cudaMemPoolGetAttribute(h, cudaMemPoolAttrReservedMemCurrent, &reserved);
+        auto const b = cudaMemPoolGetAttribute(h, cudaMemPoolAttrUsedMemCurrent, &used);
+        asyncmr::detail::clear_own_error(a);
+        asyncmr::detail::clear_own_error(b);
+        if (a != cudaSuccess || b != cudaSuccess || used > reserved) { return 0; }
+        return static_cast<long long>(reserved - used);
+    }
+    """
+    long long pool_headroom "asyncmr_pool_headroom"(const mem_pool&) noexcept nogil
 
-_ACCESS_NAMES = ("none", "r", "rw")
+# The Python spellings, mapped onto the C++ enums (whose values come from C++).
+cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
+    const char* source_name "asyncmr::to_string"(PoolSource)
+    const char* type_name "asyncmr::to_string"(AllocationType)
 
+POOL_SOURCES = {source_name(s).decode(): s for s in PoolSource}
+_TYPES = {t.name: t for t in AllocationType}
+_KINDS = {k.name: k for k in LocationKind}
+ALLOCATION_TYPES = tuple(_TYPES)
+LOCATION_KINDS = tuple(_KINDS)
+ACCESS_MODES = {"none": AccessMode.none, "r": AccessMode.read, "rw": AccessMode.read_write}
+_ACCESS_NAMES = {v: k for k, v in ACCESS_MODES.items()}
+GIL_POLICIES = ("auto", "always", "never")
+
+
+# ---- conversions -------------------------------------------------------------------------------
+
+cdef location_t to_location(value) except *:
+    """A validated :class:`Location` as the C++ value."""
+    if not isinstance(value, Location):
+        raise TypeError(
+            "location must be an asyncmr.Location (e.g. Location.device(0), Location.host()), "
+            f"got {type(value).__name__}")
+    kind = _KINDS.get(value.kind) if isinstance(value.kind, str) else None
+    if kind is None:
+        raise ValueError(f"unknown location kind {value.kind!r}; expected one of {LOCATION_KINDS}")
+    cdef location_t loc
+    loc.kind = kind
+    loc.id = 0
+    if kind in (LocationKind.device, LocationKind.host_numa):
+        loc.id = _validate.ordinal(f"{value.kind} id", value.id)
+    return loc
+
+
+cdef object from_location(const location_t& loc):
+    kind = LocationKind(<int>loc.kind)
+    return Location(kind.name, loc.id if kind in (LocationKind.device, LocationKind.host_numa)
+                    else None)
+
+
+cdef AllocationType to_type(value) except *:
+    if not isinstance(value, str):
+        raise TypeError(f"allocation_type must be a str, got {type(value).__name__}")
+    t = _TYPES.get(value)
+    if t is None:
+        raise ValueError(f"unknown allocation_type {value!r}; expected one of {ALLOCATION_TYPES}")
+    return t
+
+
+cdef optional[uint64_t] to_bytes(name, value) except *:
+    cdef optional[uint64_t] out
+    v = _validate.size(name, value)
+    if v is not None:
+        out = optional[uint64_t](<uint64_t>v)
+    return out
+
+
+cdef optional[vector[int]] to_devices(value) except *:
+    cdef optional[vector[int]] out
+    cdef vector[int] c_ids
+    all_devices, ids = _validate.devices(value)
+    if not all_devices:
+        c_ids = ids
+        out = optional[vector[int]](c_ids)
+    return out
+
+
+cdef optional[int] to_ordinal(value, what) except *:
+    cdef optional[int] out
+    v = _validate.device(value, what)
+    if v is not None:
+        out = optional[int](<int>v)
+    return out
+
+
+# ---- module functions --------------------------------------------------------------------------
 
 def attribute_table():
-    """The rows of the C++ attribute table: (name, cuda value, kind, access, min driver)."""
-    return [
-        (attribute_name(i).decode(), attribute_cuda_value(i), attribute_kind_of(i),
-         attribute_access_of(i), attribute_min_driver(i))
-        for i in range(attribute_count())
-    ]
+    """The rows of the C++ attribute table: (name, cuda value, kind, access, min driver), with
+    kind and access as :class:`AttributeKind` / :class:`AttributeAccess` members."""
+    rows = []
+    cdef const attribute_info* row
+    for i in range(attribute_count()):
+        row = &attribute_row(i)
+        rows.append((attribute_name(i).decode(), row.cuda_value, AttributeKind(<int>row.kind),
+                     AttributeAccess(<int>row.access), row.min_driver))
+    return rows
 
 
-_attributes.install(attribute_table())
+def _location_kind_from_cuda(int value):
+    """The :class:`LocationKind` a driver ``cudaMemLocationType`` value names."""
+    return LocationKind(<int>kind_from_cuda(value))
 
 
 def driver_version():
     """The CUDA driver version (13000 = 13.0); 0 when no driver is installed."""
-    return c_driver_version()
+    return versions().driver
 
 
 def runtime_version():
-    """The CUDA runtime version asyncmr was built with (13000 = 13.0)."""
-    return c_runtime_version()
+    """The CUDA runtime version asyncmr was built with (13000 = 13.0; 12090 = 12.9)."""
+    return versions().runtime
 
 
-cdef inline int _kind_code(loc):
-    return KINDS.index(loc.kind)
+def device_count():
+    """The number of visible CUDA devices (raises NoDeviceError when CUDA is unusable)."""
+    return require_cuda()
 
 
-cdef inline int _id_code(loc):
-    return 0 if loc.id is None else loc.id
+def failed_deallocations():
+    """How many stream-ordered frees through asyncmr's resources the driver refused since the
+    process started. Frees made by RMM and C++ code are also logged through RMM's logger;
+    ``deallocate()`` called from Python raises :class:`CUDAError` instead."""
+    return c_failed_deallocations()
 
+
+def _set_testing_driver_version(int version):
+    """Tests only: act as if the driver were ``version`` (0 restores the real one)."""
+    set_testing_driver_version(version)
+
+
+def _decide_pool_support(*, driver, build, loc, allocation_type, source="default",
+                         memory_pools=True, concurrent_managed_access=True,
+                         host_memory_pools=True, host_numa_memory_pools=True):
+    """Tests and ``asyncmr info``: the support decision for a platform given by value (no CUDA
+    call). Returns ``(path name or None, reason)``."""
+    cdef platform p
+    p.driver = driver
+    p.build = build
+    p.device.memory_pools = memory_pools
+    p.device.concurrent_managed_access = concurrent_managed_access
+    p.device.host_memory_pools = host_memory_pools
+    p.device.host_numa_memory_pools = host_numa_memory_pools
+    return _support_result(decide_pool_support(p, to_location(loc), to_type(allocation_type),
+                                               POOL_SOURCES[source]))
+
+
+cdef object _support_result(const support& s):
+    cdef PoolPath path
+    if not s.path.has_value():
+        return None, s.reason.decode()
+    path = s.path.value()
+    return PoolPath(path).name, ""
+
+
+def pool_support(loc, allocation_type, source="default"):
+    """How this build reaches a ``source`` pool of ``allocation_type`` at ``loc`` on this driver
+    and device: ``(path, reason)`` where path is "runtime", "driver_entry_point", "stand_in" or
+    None (unsupported, and reason says why). Impossible combinations raise ValueError."""
+    if source not in POOL_SOURCES:
+        raise ValueError(f"source must be one of {tuple(POOL_SOURCES)}, got {source!r}")
+    cdef location_t c_loc = to_location(loc)
+    cdef AllocationType t = to_type(allocation_type)
+    cdef int device = c_loc.id if c_loc.kind == LocationKind.device else _current_device()
+    return _support_result(decide_pool_support(current_platform(device), c_loc, t,
+                                               POOL_SOURCES[source]))
+
+
+cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
+    int _current_device "asyncmr::current_device"() except +translate_exception
+
+
+# ---- MemPool -----------------------------------------------------------------------------------
 
 cdef class MemPool:
     """A CUDA memory pool, owned or viewed.
@@ -161,40 +225,37 @@ cdef class MemPool:
     are shared by the whole process.
     """
 
-    cdef unique_ptr[mem_pool] c_pool
-    cdef object _attrs
-    cdef object __weakref__
-
     def __init__(self, *args, **kwargs):
         raise TypeError(
             "use MemPool.default(), MemPool.current(), MemPool.create() or MemPool.from_handle()"
         )
 
     @staticmethod
-    cdef MemPool _wrap(mem_pool* pool):
+    cdef MemPool wrap(const mem_pool& pool):
         cdef MemPool self = MemPool.__new__(MemPool)
-        self.c_pool.reset(pool)
+        self.c_pool.reset(new mem_pool(pool))
+        # The hash is fixed at birth, so close() cannot move a pool within a set or dict:
+        # equal pools (same driver pool) hash alike, a closed pool keeps its place.
+        self._hash_key = ("MemPool", handle_of(pool)) if not pool.closed() else ("closed", id(self))
         return self
 
-    cdef mem_pool* _get(self):
+    cdef mem_pool* get(self) except NULL:
         return self.c_pool.get()
 
     @staticmethod
     def default(location, allocation_type):
-        """The default pool of ``allocation_type`` at ``location`` (``cudaMemGetDefaultMemPool``).
+        """The default pool of ``allocation_type`` at ``location``.
 
         ``allocation_type`` is "device", "pinned" or "managed". Shared by the whole process.
+        CUDA 13's default pool; in a CUDA 12 build on a 12.x driver, host memory's default is
+        asyncmr's own process-wide pool (see the README).
         """
-        loc = check_location(location)
-        cdef int t = check_allocation_type(allocation_type)
-        return MemPool._wrap(new_pool(0, _kind_code(loc), _id_code(loc), t))
+        return MemPool.wrap(mem_pool.default_pool(to_location(location), to_type(allocation_type)))
 
     @staticmethod
     def current(location, allocation_type):
         """The current pool of ``allocation_type`` at ``location`` (``cudaMemGetMemPool``)."""
-        loc = check_location(location)
-        cdef int t = check_allocation_type(allocation_type)
-        return MemPool._wrap(new_pool(1, _kind_code(loc), _id_code(loc), t))
+        return MemPool.wrap(mem_pool.current(to_location(location), to_type(allocation_type)))
 
     @staticmethod
     def create(location, allocation_type, *, max_size=0, release_threshold=None,
@@ -205,91 +266,112 @@ cdef class MemPool:
         ``release_threshold`` in bytes defaults to the maximum (keep what was reserved);
         ``export_handle_types`` is an int of ``cudaMemAllocationHandleType`` bits (IPC).
         """
-        loc = check_location(location)
-        cdef int t = check_allocation_type(allocation_type)
-        cdef uint64_t c_max = _validate.size("max_size", max_size, optional=False)
-        threshold = _validate.size("release_threshold", release_threshold)
+        cdef pool_properties props
+        props.where = to_location(location)
+        props.type = to_type(allocation_type)
+        props.max_size = _validate.size("max_size", max_size, optional=False)
+        props.release_threshold = to_bytes("release_threshold", release_threshold)
         handles = 0 if export_handle_types is None else export_handle_types
-        if isinstance(handles, bool) or not isinstance(handles, int) or handles < 0:
+        if isinstance(handles, bool) or not isinstance(handles, int) or not 0 <= handles < 2**31:
             raise TypeError(f"export_handle_types must be a non-negative int, got {handles!r}")
-        return MemPool._wrap(new_created_pool(
-            _kind_code(loc), _id_code(loc), t, c_max, handles,
-            threshold is not None, 0 if threshold is None else threshold))
+        props.export_handle_types = handles
+        return MemPool.wrap(mem_pool.create(props))
 
     @staticmethod
     def from_handle(handle, *, owned=False, location=None, allocation_type=None):
-        """Adopt an existing ``cudaMemPool_t`` (an int address).
+        """Adopt an existing ``cudaMemPool_t`` (an int address, or a MemPool).
 
         ``owned=True`` hands its destruction to asyncmr. ``location`` and ``allocation_type``
-        let drivers older than 13.2, which cannot report them, route the pool.
+        let drivers older than 13.2, which cannot report them, route the pool. A closed
+        MemPool raises :class:`PoolClosedError`; an int is judged by what the driver says of it
+        now (see the README's Known limits).
         """
         if isinstance(handle, MemPool):
-            handle = handle.handle
+            handle = handle.handle  # raises PoolClosedError for a closed pool
         h = _validate.handle(handle)
-        loc = None if location is None else check_location(location)
-        cdef int t = -1 if allocation_type is None else check_allocation_type(allocation_type)
-        return MemPool._wrap(new_adopted_pool(
-            <uintptr_t>h, bool(owned), loc is not None,
-            0 if loc is None else _kind_code(loc), 0 if loc is None else _id_code(loc), t))
+        cdef optional[location_t] loc
+        cdef optional[AllocationType] t
+        if location is not None:
+            loc = optional[location_t](to_location(location))
+        if allocation_type is not None:
+            t = optional[AllocationType](to_type(allocation_type))
+        return MemPool.wrap(adopt_handle(<uintptr_t>h, bool(owned), loc, t))
 
     @property
     def handle(self):
         """The ``cudaMemPool_t`` as an int."""
-        return pool_handle(deref(self._get()))
+        return handle_of(deref(self.get()))
 
     @property
     def owned(self):
         """True if asyncmr destroys this pool."""
-        return self._get().owned()
+        return self.get().owned()
 
     @property
     def closed(self):
         """True once :meth:`close` ran."""
-        return self._get().closed()
+        return self.get().closed()
 
     @property
     def location(self):
         """Where the memory lives (a :class:`Location`), or None if the driver cannot say."""
-        cdef int kind = pool_location_kind(deref(self._get()))
-        if kind < 0:
-            return None
-        loc_id = pool_location_id(deref(self._get()))
-        return Location(KINDS[kind], loc_id if KINDS[kind] in ("device", "host_numa") else None)
+        cdef optional[location_t] loc = self.get().where()
+        return from_location(loc.value()) if loc.has_value() else None
 
     @property
     def allocation_type(self):
         """"device", "pinned" or "managed"; None if the driver cannot say."""
-        cdef int t = pool_type(deref(self._get()))
-        return None if t < 0 else ALLOCATION_TYPES[t]
+        cdef optional[AllocationType] t = self.get().type()
+        cdef AllocationType value
+        if not t.has_value():
+            return None
+        value = t.value()
+        return AllocationType(value).name
 
     @property
     def attributes(self):
-        """The pool's :class:`PoolAttributes`."""
-        if self._attrs is None:
-            self._attrs = _attributes.PoolAttributes(self)
-        return self._attrs
+        """The pool's :class:`PoolAttributes` (a new view each time; it keeps the pool alive,
+        the pool does not keep it)."""
+        from asyncmr._attributes import PoolAttributes
 
-    def _get_attribute(self, int index):
-        return get_attribute(deref(self._get()), index)
+        return PoolAttributes(self)
 
-    def _set_attribute(self, int index, uint64_t value):
-        set_attribute(deref(self._get()), index, value)
+    def _get_attribute(self, size_t index):
+        return get_attribute(deref(self.get()), index)
 
-    def trim(self, min_bytes_to_keep=0):
+    def _set_attribute(self, size_t index, uint64_t value):
+        set_attribute(deref(self.get()), index, value)
+
+    def trim_to(self, min_bytes_to_keep=0):
         """Release unused reserved memory, keeping at least ``min_bytes_to_keep`` bytes.
 
-        Frees still pending on a stream are not unused yet: synchronize first.
+        Frees still pending on a stream are not unused yet: synchronize first. On a shared
+        pool this releases memory for every user in the process.
         """
         cdef size_t keep = _validate.size("min_bytes_to_keep", min_bytes_to_keep, optional=False)
-        self._get().trim_to(keep)
+        self.get().trim_to(keep)
+
+    def trim(self, min_bytes_to_keep=0):
+        """Deprecated alias of :meth:`trim_to`."""
+        warnings.warn("MemPool.trim() is deprecated; use trim_to()", DeprecationWarning,
+                      stacklevel=2)
+        self.trim_to(min_bytes_to_keep)
+
+    def reset_peaks(self):
+        """Reset both watermarks (``used_mem_high``, ``reserved_mem_high``)."""
+        self.get().reset_peaks()
 
     def reset_peak(self):
-        """Reset both watermarks (``used_mem_high``, ``reserved_mem_high``)."""
-        self._get().reset_peaks()
+        """Deprecated alias of :meth:`reset_peaks`."""
+        warnings.warn("MemPool.reset_peak() is deprecated; use reset_peaks()",
+                      DeprecationWarning, stacklevel=2)
+        self.reset_peaks()
 
     def track_peak(self):
         """``with pool.track_peak() as peak:`` measures one phase's peaks (bytes)."""
-        return _attributes.PeakTracker(self)
+        from asyncmr._attributes import PeakTracker
+
+        return PeakTracker(self)
 
     def set_access(self, devices, mode="rw"):
         """Grant ``mode`` ("rw", "r" or "none") access to ``devices`` ("all", an id or ids).
@@ -297,18 +379,18 @@ cdef class MemPool:
         On a shared pool this changes access for every user in the process.
         """
         all_devices, ids = _validate.devices(devices)
-        cdef int c_mode = _validate.access_mode(mode)
+        c_mode = _access_mode(mode)
         if all_devices:
-            ids = list(range(c_device_count()))
+            ids = list(range(require_cuda()))
         cdef vector[int] c_ids = ids
-        set_access(deref(self._get()), c_ids, c_mode)
+        self.get().set_access(c_ids, c_mode)
 
     def access(self, device):
         """The access ("rw", "r" or "none") ``device`` has to this pool's memory."""
         if device is None:
             raise TypeError("device must be an int, got None")
         cdef int d = _validate.device(device)
-        return _ACCESS_NAMES[get_access(deref(self._get()), d)]
+        return _ACCESS_NAMES[AccessMode(<int>self.get().access(d))]
 
     def make_current(self):
         """Make this the current pool of its location and type (``cudaMemSetMemPool``).
@@ -318,7 +400,7 @@ cdef class MemPool:
         that was current, so it can be restored. An owned pool that is current when it is
         closed hands the location back to its default pool.
         """
-        return MemPool._wrap(make_current(deref(self._get())))
+        return MemPool.wrap(self.get().make_current())
 
     @contextlib.contextmanager
     def as_current(self):
@@ -331,7 +413,7 @@ cdef class MemPool:
 
     def close(self):
         """Destroy an owned pool now (a view just stops being usable here). Idempotent."""
-        self._get().close()
+        self.get().close()
 
     def __enter__(self):
         return self
@@ -343,10 +425,10 @@ cdef class MemPool:
     def __eq__(self, other):
         if not isinstance(other, MemPool):
             return NotImplemented
-        return deref(self._get()) == deref((<MemPool>other)._get())
+        return deref(self.get()) == deref((<MemPool>other).get())
 
     def __hash__(self):
-        return hash(("MemPool", self.handle)) if not self.closed else id(self)
+        return hash(self._hash_key)
 
     def __repr__(self):
         if self.closed:
@@ -355,38 +437,85 @@ cdef class MemPool:
                 f"location={self.location!r}, owned={self.owned})")
 
 
-def _raw_pool_pairs(MemPool pool, nbytes, Stream stream, pairs):
-    """Benchmark use: ``pairs`` rounds of ``cudaMallocFromPoolAsync`` + ``cudaFreeAsync`` of
-    ``nbytes`` bytes on ``pool`` and ``stream``, timed in C++; returns the nanoseconds spent.
-
-    This is the floor the resources are measured against, timed in the same process and
-    rounds as they are.
-    """
-    cdef size_t n = _validate.size("nbytes", nbytes, optional=False)
-    cdef int64_t count = operator.index(pairs)
-    if n == 0 or count <= 0:
-        raise ValueError(f"nbytes and pairs must be positive, got {nbytes} and {pairs}")
-    cdef uintptr_t h = pool_handle(deref(pool.c_pool))  # refuses a closed pool
-    return raw_pool_pairs(<cudaMemPool_t>h, <cudaStream_t><uintptr_t>stream._cuda_stream, n, count)
+def _access_mode(value):
+    if not isinstance(value, str):
+        raise TypeError(f"access mode must be a str, got {type(value).__name__}")
+    mode = ACCESS_MODES.get(value)
+    if mode is None:
+        raise ValueError(f"access mode must be one of {tuple(ACCESS_MODES)}, got {value!r}")
+    return mode
 
 
-def device_count():
-    """The number of visible CUDA devices (raises NoDeviceError when CUDA is unusable)."""
-    return c_device_count()
+# ---- resources ---------------------------------------------------------------------------------
 
-
-cdef object _source_and_adopted(pool):
-    """(source code, MemPool or None), adopting an int handle (validated first)."""
-    source, adopted = _validate.pool(pool)
-    if adopted is not None and not isinstance(adopted, MemPool):
-        adopted = MemPool.from_handle(adopted)
-    return source, adopted
+# Allocations take the GIL's fast path while the pool surely has room; the estimate is read
+# again at least this often, so other users of a shared pool cannot make it stale for long.
+cdef enum:
+    _REFRESH_EVERY = 64
+    _GIL_AUTO = 0
+    _GIL_ALWAYS = 1
+    _GIL_NEVER = 2
 
 
 cdef class _PoolResource(DeviceMemoryResource):
-    """What the three resources share: the pool and its control surface."""
+    """What the three resources share: the pool, its control surface and the allocation path.
+
+    Subclasses build their C++ resource from their options and call :meth:`_bind`.
+    """
 
     cdef readonly MemPool pool
+    cdef pool_resource_base* c_base
+    cdef int _gil
+    cdef int64_t _headroom
+    cdef uint32_t _since_refresh
+    cdef mem_pool* _adopt  # the adopted pool while a subclass builds, else NULL
+    cdef object _adopted   # keeps it alive meanwhile
+
+    cdef _prepare(self, pool, release_threshold, PoolSource* source,
+                  optional[uint64_t]* threshold):
+        """The options every resource takes: which pool (adopting an int or a MemPool) and
+        the release threshold."""
+        threshold[0] = to_bytes("release_threshold", release_threshold)
+        name, adopted = _validate.pool(pool)
+        source[0] = POOL_SOURCES[name] if adopted is None else PoolSource.default_pool
+        self._adopt = NULL
+        if adopted is not None:
+            if not isinstance(adopted, MemPool):
+                adopted = MemPool.from_handle(adopted)
+            self._adopted = adopted
+            self._adopt = (<MemPool>adopted).get()
+
+    cdef _bind(self, pool_resource_base* base, optional[device_async_resource_ref] ref):
+        self.c_base = base
+        self.c_ref = ref
+        self.pool = MemPool.wrap(base.pool())
+        self._adopt = NULL
+        self._adopted = None
+        self._gil = _GIL_AUTO
+        self._headroom = -1  # unknown: the first allocation takes the slow path and reads it
+
+    cdef void _refresh_headroom(self) noexcept:
+        self._headroom = pool_headroom(self.c_base.pool())
+        self._since_refresh = 0
+
+    @property
+    def release_gil(self):
+        """When :meth:`allocate` and :meth:`deallocate` release the GIL: "auto" (default),
+        "always" or "never".
+
+        "auto" keeps the GIL while the pool surely has room (about a microsecond, less than
+        handing the GIL to another thread and back) and releases it when the pool may have
+        to grow, which can take from milliseconds to seconds for pinned memory; "never" holds
+        it always, "always" releases it around every call. Allocations RMM makes itself
+        (``rmm.DeviceBuffer``) release the GIL whatever this says.
+        """
+        return GIL_POLICIES[self._gil]
+
+    @release_gil.setter
+    def release_gil(self, value):
+        if value not in GIL_POLICIES:
+            raise ValueError(f"release_gil must be one of {GIL_POLICIES}, got {value!r}")
+        self._gil = GIL_POLICIES.index(value)
 
     def allocate(self, nbytes, Stream stream=DEFAULT_STREAM):
         """Allocate ``nbytes`` bytes in stream order on ``stream``; returns the address.
@@ -401,18 +530,42 @@ cdef class _PoolResource(DeviceMemoryResource):
         stream = as_stream(stream)
         cdef uintptr_t s = <uintptr_t>stream._cuda_stream
         cdef uintptr_t ptr
-        # The GIL stays held: a pool allocation takes about a microsecond, less than handing
-        # the GIL to another thread and back, and releasing it around each call made several
-        # Python threads allocating at once slower together than one alone (benchmark
-        # section 3, run of 2026-11-30).
-        ptr = resource_allocate(self.c_ref, s, n)
+        if self._gil == _GIL_AUTO and self._since_refresh >= _REFRESH_EVERY:
+            self._refresh_headroom()
+        if self._gil == _GIL_NEVER or (
+                self._gil == _GIL_AUTO and n <= <uint64_t>INT64_MAX
+                and <int64_t>n <= self._headroom):
+            ptr = allocate(deref(self.c_base), s, n)
+            self._headroom -= <int64_t>n
+            self._since_refresh += 1
+            return ptr
+        with nogil:
+            ptr = allocate(deref(self.c_base), s, n)
+        if self._gil == _GIL_AUTO:
+            self._refresh_headroom()
         return ptr
 
     def deallocate(self, uintptr_t ptr, size_t nbytes, Stream stream=DEFAULT_STREAM):
-        """Free ``ptr`` (``nbytes`` bytes) in stream order on ``stream``."""
+        """Free ``ptr`` (``nbytes`` bytes) in stream order on ``stream``.
+
+        Raises :class:`asyncmr.CUDAError` when the driver refuses the free (a double free, or a
+        pointer this resource did not allocate); nothing is freed then.
+        """
         stream = as_stream(stream)
         cdef uintptr_t s = <uintptr_t>stream._cuda_stream
-        resource_deallocate(self.c_ref, s, ptr, nbytes)
+        cdef cudaError_t status
+        if self._gil == _GIL_ALWAYS:
+            with nogil:
+                status = deallocate(deref(self.c_base), s, ptr, nbytes)
+        else:
+            status = deallocate(deref(self.c_base), s, ptr, nbytes)
+        if status != 0:
+            raise CUDAError(
+                f"asyncmr: cudaFreeAsync({ptr:#x}, {nbytes} bytes) failed: "
+                f"{error_name(status).decode()} ({error_text(status).decode()}); a double "
+                "free, or a pointer this resource did not allocate?")
+        if nbytes <= <size_t>INT64_MAX:
+            self._headroom += <int64_t>nbytes
 
     @property
     def pool_handle(self):
@@ -439,13 +592,25 @@ cdef class _PoolResource(DeviceMemoryResource):
         """The pool's :class:`PoolAttributes` (process-wide for shared pools)."""
         return self.pool.attributes
 
-    def trim(self, min_bytes_to_keep=0):
+    def trim_to(self, min_bytes_to_keep=0):
         """Release the pool's unused reserved memory down to ``min_bytes_to_keep`` bytes."""
-        self.pool.trim(min_bytes_to_keep)
+        self.pool.trim_to(min_bytes_to_keep)
+
+    def trim(self, min_bytes_to_keep=0):
+        """Deprecated alias of :meth:`trim_to`."""
+        warnings.warn(f"{type(self).__name__}.trim() is deprecated; use trim_to()",
+                      DeprecationWarning, stacklevel=2)
+        self.trim_to(min_bytes_to_keep)
+
+    def reset_peaks(self):
+        """Reset the pool's used and reserved watermarks."""
+        self.pool.reset_peaks()
 
     def reset_peak(self):
-        """Reset the pool's used and reserved watermarks."""
-        self.pool.reset_peak()
+        """Deprecated alias of :meth:`reset_peaks`."""
+        warnings.warn(f"{type(self).__name__}.reset_peak() is deprecated; use reset_peaks()",
+                      DeprecationWarning, stacklevel=2)
+        self.reset_peaks()
 
     def track_peak(self):
         """``with mr.track_peak() as peak:``; then ``peak.used`` / ``peak.reserved`` (bytes).
@@ -484,27 +649,20 @@ cdef class AsyncManagedMR(_PoolResource):
     allocation (synchronize, or wait on an event recorded after it).
     """
 
-    cdef unique_ptr[async_managed_memory_resource] c_obj
+    cdef shared_ptr[async_managed_memory_resource] c_obj
     _allocation_type = "managed"
 
     def __cinit__(self, device=None, *, pool="default", location=None,
                   release_threshold=None, accessible_from="all"):
-        dev = _validate.device(device)
-        loc = None if location is None else check_location(location)
-        threshold = _validate.size("release_threshold", release_threshold)
-        all_devices, ids = _validate.devices(accessible_from)
-        source, adopted = _source_and_adopted(pool)
-        cdef vector[int] c_ids = ids
-        cdef mem_pool* c_adopt = NULL
-        if adopted is not None:
-            c_adopt = (<MemPool>adopted)._get()
-        self.c_obj.reset(new_managed(
-            c_adopt, dev is not None, 0 if dev is None else dev, source,
-            loc is not None, 0 if loc is None else _kind_code(loc),
-            0 if loc is None else _id_code(loc),
-            threshold is not None, 0 if threshold is None else threshold, all_devices, c_ids))
-        self.c_ref = make_managed_ref(deref(self.c_obj))
-        self.pool = MemPool._wrap(copy_pool(deref(self.c_obj).pool()))
+        cdef managed_resource_options o
+        self._prepare(pool, release_threshold, &o.source, &o.release_threshold)
+        o.device = to_ordinal(device, "device")
+        if location is not None:
+            o.where = optional[location_t](to_location(location))
+        o.accessible_from = to_devices(accessible_from)
+        self.c_obj = make_resource[async_managed_memory_resource, managed_resource_options](
+            self._adopt, o)
+        self._bind(self.c_obj.get(), make_ref(deref(self.c_obj)))
 
     @property
     def device(self):
@@ -518,7 +676,7 @@ cdef class AsyncPinnedMR(_PoolResource):
     Parameters
     ----------
     pool : "default" | "current" | "new" | int | MemPool
-        As for :class:`AsyncManagedMR`; the default is the CUDA 13 default host pinned pool.
+        As for :class:`AsyncManagedMR`; the default is the default host pinned pool.
     numa_node : int, optional
         Take memory from this host NUMA node (default: any host memory).
     accessible_from : "all" | int | list of int
@@ -529,24 +687,18 @@ cdef class AsyncPinnedMR(_PoolResource):
         As for :class:`AsyncManagedMR`.
     """
 
-    cdef unique_ptr[async_pinned_memory_resource] c_obj
+    cdef shared_ptr[async_pinned_memory_resource] c_obj
     _allocation_type = "pinned"
 
     def __cinit__(self, *, pool="default", numa_node=None, accessible_from="all",
                   release_threshold=None):
-        numa = _validate.device(numa_node, "numa_node")
-        threshold = _validate.size("release_threshold", release_threshold)
-        all_devices, ids = _validate.devices(accessible_from)
-        source, adopted = _source_and_adopted(pool)
-        cdef vector[int] c_ids = ids
-        cdef mem_pool* c_adopt = NULL
-        if adopted is not None:
-            c_adopt = (<MemPool>adopted)._get()
-        self.c_obj.reset(new_pinned(
-            c_adopt, source, numa is not None, 0 if numa is None else numa,
-            threshold is not None, 0 if threshold is None else threshold, all_devices, c_ids))
-        self.c_ref = make_pinned_ref(deref(self.c_obj))
-        self.pool = MemPool._wrap(copy_pool(deref(self.c_obj).pool()))
+        cdef pinned_resource_options o
+        self._prepare(pool, release_threshold, &o.source, &o.release_threshold)
+        o.numa_node = to_ordinal(numa_node, "numa_node")
+        o.accessible_from = to_devices(accessible_from)
+        self.c_obj = make_resource[async_pinned_memory_resource, pinned_resource_options](
+            self._adopt, o)
+        self._bind(self.c_obj.get(), make_ref(deref(self.c_obj)))
 
     @property
     def device(self):
@@ -567,21 +719,16 @@ cdef class AsyncDeviceMR(_PoolResource):
         As for :class:`AsyncManagedMR`.
     """
 
-    cdef unique_ptr[async_device_memory_resource] c_obj
+    cdef shared_ptr[async_device_memory_resource] c_obj
     _allocation_type = "device"
 
     def __cinit__(self, device=None, *, pool="default", release_threshold=None):
-        dev = _validate.device(device)
-        threshold = _validate.size("release_threshold", release_threshold)
-        source, adopted = _source_and_adopted(pool)
-        cdef mem_pool* c_adopt = NULL
-        if adopted is not None:
-            c_adopt = (<MemPool>adopted)._get()
-        self.c_obj.reset(new_device(
-            c_adopt, dev is not None, 0 if dev is None else dev, source,
-            threshold is not None, 0 if threshold is None else threshold))
-        self.c_ref = make_device_ref(deref(self.c_obj))
-        self.pool = MemPool._wrap(copy_pool(deref(self.c_obj).pool()))
+        cdef device_resource_options o
+        self._prepare(pool, release_threshold, &o.source, &o.release_threshold)
+        o.device = to_ordinal(device, "device")
+        self.c_obj = make_resource[async_device_memory_resource, device_resource_options](
+            self._adopt, o)
+        self._bind(self.c_obj.get(), make_ref(deref(self.c_obj)))
 
     @property
     def device(self):

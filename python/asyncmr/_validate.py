@@ -3,11 +3,18 @@
 
 from __future__ import annotations
 
-from asyncmr._location import _ordinal
-
 UINT64_MAX = 2**64 - 1
-POOL_SOURCES = {"default": 0, "current": 1, "new": 2}
-ACCESS_MODES = {"none": 0, "r": 1, "rw": 2}
+#: The Python spellings of ``pool=`` that name a pool by its role.
+POOL_NAMES = ("default", "current", "new")
+
+
+def ordinal(what: str, value) -> int:
+    """A device ordinal or NUMA node: an int in [0, 2**31)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+    if not 0 <= value < 2**31:
+        raise ValueError(f"{what} must be in [0, 2**31), got {value}")
+    return value
 
 
 def size(name: str, value, *, optional: bool = True) -> int | None:
@@ -23,7 +30,7 @@ def size(name: str, value, *, optional: bool = True) -> int | None:
 
 def device(value, what: str = "device") -> int | None:
     """A device ordinal (or NUMA node: ``what`` names it), or None for the default."""
-    return None if value is None else _ordinal(what, value)
+    return None if value is None else ordinal(what, value)
 
 
 def devices(value) -> tuple[bool, list[int]]:
@@ -36,7 +43,7 @@ def devices(value) -> tuple[bool, list[int]]:
             raise ValueError(f"accessible_from must be 'all', a device id or a list of ids, got {value!r}")
         return True, []
     if isinstance(value, int) and not isinstance(value, bool):
-        return False, [_ordinal("accessible_from device", value)]
+        return False, [ordinal("accessible_from device", value)]
     try:
         items = list(value)
     except TypeError:
@@ -44,31 +51,30 @@ def devices(value) -> tuple[bool, list[int]]:
             "accessible_from must be 'all', a device id or a list of ids, "
             f"got {type(value).__name__}"
         ) from None
-    return False, [_ordinal("accessible_from device", d) for d in items]
+    return False, [ordinal("accessible_from device", d) for d in items]
 
 
 def pool(value):
     """``pool``: "default", "current", "new", an int handle or a MemPool.
 
-    Returns (source code, handle or MemPool or None).
+    Returns (name, None) for a pool named by its role, else (None, handle or MemPool).
     """
     from asyncmr._core import MemPool
 
     if isinstance(value, str):
-        try:
-            return POOL_SOURCES[value], None
-        except KeyError:
+        if value not in POOL_NAMES:
             raise ValueError(
                 f"pool must be 'default', 'current', 'new', an int handle or a MemPool, got {value!r}"
-            ) from None
+            )
+        return value, None
     if isinstance(value, MemPool):
-        return 0, value
+        return None, value
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(
             "pool must be 'default', 'current', 'new', an int handle or a MemPool, "
             f"got {type(value).__name__}"
         )
-    return 0, handle(value)
+    return None, handle(value)
 
 
 def handle(value) -> int:
@@ -78,11 +84,3 @@ def handle(value) -> int:
     if not 0 < value <= UINT64_MAX:
         raise ValueError(f"pool handle must be a non-zero 64-bit address, got {value}")
     return value
-
-
-def access_mode(value) -> int:
-    if not isinstance(value, str):
-        raise TypeError(f"access mode must be a str, got {type(value).__name__}")
-    if value not in ACCESS_MODES:
-        raise ValueError(f"access mode must be one of {tuple(ACCESS_MODES)}, got {value!r}")
-    return ACCESS_MODES[value]

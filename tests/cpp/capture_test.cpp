@@ -33,7 +33,7 @@ class CaptureTest : public GpuTest {
     device_pool_.emplace(mem_pool::create(pool_properties{}));
     if (host_pools_unavailable().empty()) {
       host_pool_.emplace(mem_pool::create(
-        pool_properties{.type = allocation_type::pinned, .where = location::host()}));
+        pool_properties{.type = allocation_type::pinned, .location = location::host()}));
     }
   }
   void TearDown() override
@@ -172,7 +172,7 @@ TEST_F(CaptureTest, DevicePoolAllocationInsideACaptureBecomesAGraphNode)
 
 TEST_F(CaptureTest, OwnedDevicePoolAllocationInsideACaptureBecomesAGraphNode)
 {
-  async_device_memory_resource mr{device_resource_options{.source = pool_source::owned}};
+  async_device_memory_resource mr{device_resource_options{.source = pool_source::new_pool}};
   expect_allocation_becomes_graph_node(mr, stream());
 }
 

@@ -34,7 +34,7 @@ TEST_F(MemPoolTest, DefaultPoolIsAViewOfTheDriversDefaultPool)
   auto const pool = mem_pool::default_pool(location::device(0), allocation_type::device);
   EXPECT_EQ(pool.handle(), driver_default_pool(location::device(0), allocation_type::device));
   EXPECT_FALSE(pool.owned());
-  EXPECT_EQ(pool.where(), location::device(0));
+  EXPECT_EQ(pool.location(), location::device(0));
   EXPECT_EQ(pool.type(), allocation_type::device);
 }
 
@@ -54,7 +54,7 @@ TEST_F(MemPoolTest, CreatedPoolIsOwnedAndKeepsItsProperties)
   EXPECT_NE(pool.handle(), driver_default_pool(location::device(0), allocation_type::device));
   ASSERT_TRUE(pool.properties().has_value());
   EXPECT_EQ(pool.properties()->max_size, 32 * mib);
-  EXPECT_EQ(pool.where(), location::device(0));
+  EXPECT_EQ(pool.location(), location::device(0));
   EXPECT_EQ(pool.type(), allocation_type::device);
 }
 
@@ -84,7 +84,7 @@ TEST_F(MemPoolTest, ImpossibleLocationAndTypePairsThrowInvalidArgument)
     static_cast<void>(mem_pool::default_pool(location::device(0), allocation_type::pinned)),
     std::invalid_argument);
   pool_properties props{};
-  props.where = location::host();  // device memory on the host
+  props.location = location::host();  // device memory on the host
   EXPECT_THROW(static_cast<void>(mem_pool::create(props)), std::invalid_argument);
 }
 
@@ -274,7 +274,7 @@ TEST_F(MemPoolTest, AdoptedHandleWithoutLocationThrowsUnsupportedOnDriversBefore
       << row.name;
   }
   EXPECT_GT(newer_rows, 0);
-  EXPECT_FALSE(view.where().has_value());
+  EXPECT_FALSE(view.location().has_value());
   EXPECT_FALSE(view.type().has_value());
 }
 
@@ -295,7 +295,7 @@ TEST_F(MemPoolTest, AdoptedHandleWithoutLocationAsksDrivers13_2AndLater)
     GTEST_SKIP() << "driver " << version_string(driver) << " cannot report a pool's location";
   }
   auto const view = mem_pool::from_handle(foreign_device_pool());
-  EXPECT_EQ(view.where(), location::device(0));
+  EXPECT_EQ(view.location(), location::device(0));
   EXPECT_EQ(view.type(), allocation_type::device);
 }
 
@@ -348,7 +348,7 @@ TEST_F(MemPoolTest, CreatedHostPoolStartsWithoutDeviceAccessUntilGranted)
   ASYNCMR_SKIP_IF(host_pools_unavailable());
   pool_properties props{};
   props.type  = allocation_type::pinned;
-  props.where = location::host();
+  props.location = location::host();
   auto pool   = mem_pool::create(props);
   EXPECT_EQ(pool.access(0), access_mode::none);
   pool.set_access({0}, access_mode::read_write);

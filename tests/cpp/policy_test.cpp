@@ -86,15 +86,15 @@ TYPED_TEST(ThresholdPolicyTest, CurrentPoolTakesAnExplicitThresholdExactly)
 
 TYPED_TEST(ThresholdPolicyTest, OwnedPoolGetsMaxThresholdWhenNoneIsGiven)
 {
-  typename TypeParam::resource_type mr{this->options(pool_source::owned)};
+  typename TypeParam::resource_type mr{this->options(pool_source::new_pool)};
   EXPECT_EQ(driver_threshold(mr.pool().handle()), max_threshold);
 }
 
 TYPED_TEST(ThresholdPolicyTest, OwnedPoolGetsTheGivenThreshold)
 {
-  typename TypeParam::resource_type zero{this->with_threshold(pool_source::owned, 0)};
+  typename TypeParam::resource_type zero{this->with_threshold(pool_source::new_pool, 0)};
   EXPECT_EQ(driver_threshold(zero.pool().handle()), 0u);
-  typename TypeParam::resource_type some{this->with_threshold(pool_source::owned, 3 * mib)};
+  typename TypeParam::resource_type some{this->with_threshold(pool_source::new_pool, 3 * mib)};
   EXPECT_EQ(driver_threshold(some.pool().handle()), 3 * mib);
 }
 
@@ -102,7 +102,7 @@ TYPED_TEST(ThresholdPolicyTest, OwnedPoolLeavesTheSharedPoolAlone)
 {
   auto const shared = this->shared_pool(pool_source::default_pool);
   set_driver_threshold(shared, 0);
-  typename TypeParam::resource_type mr{this->options(pool_source::owned)};
+  typename TypeParam::resource_type mr{this->options(pool_source::new_pool)};
   EXPECT_EQ(driver_threshold(shared), 0u);
 }
 
@@ -137,7 +137,7 @@ class HostPoolAccessTest : public GpuTest {
   [[nodiscard]] static pinned_resource_options owned_accessible_from(std::vector<int> devices)
   {
     pinned_resource_options o{};
-    o.source          = pool_source::owned;
+    o.source          = pool_source::new_pool;
     o.accessible_from = std::move(devices);
     return o;
   }
@@ -153,7 +153,7 @@ TEST_F(HostPoolAccessTest, PinnedDefaultPoolGrantsReadWriteToEveryDevice)
 
 TEST_F(HostPoolAccessTest, PinnedOwnedPoolGrantsReadWriteToEveryDevice)
 {
-  async_pinned_memory_resource mr{pinned_resource_options{.source = pool_source::owned}};
+  async_pinned_memory_resource mr{pinned_resource_options{.source = pool_source::new_pool}};
   for (int d = 0; d < device_count(); ++d) {
     EXPECT_EQ(mr.pool().access(d), access_mode::read_write) << "device " << d;
   }
@@ -177,7 +177,7 @@ TEST_F(HostPoolAccessTest, PinnedPoolWithAnEmptyListGrantsNothing)
 TEST_F(HostPoolAccessTest, AdoptedPinnedPoolIsGrantedReadWrite)
 {
   auto const owner =
-    mem_pool::create(pool_properties{.type = allocation_type::pinned, .where = location::host()});
+    mem_pool::create(pool_properties{.type = allocation_type::pinned, .location = location::host()});
   ASSERT_EQ(owner.access(0), access_mode::none) << "created host pools start without access";
   async_pinned_memory_resource mr{owner};
   EXPECT_EQ(owner.access(0), access_mode::read_write);
@@ -186,7 +186,7 @@ TEST_F(HostPoolAccessTest, AdoptedPinnedPoolIsGrantedReadWrite)
 TEST_F(HostPoolAccessTest, AdoptedPinnedPoolIsGrantedOnlyTheListedDevices)
 {
   auto const owner =
-    mem_pool::create(pool_properties{.type = allocation_type::pinned, .where = location::host()});
+    mem_pool::create(pool_properties{.type = allocation_type::pinned, .location = location::host()});
   async_pinned_memory_resource mr{owner,
                                   pinned_resource_options{.accessible_from = std::vector<int>{}}};
   EXPECT_EQ(owner.access(0), access_mode::none);
@@ -195,7 +195,7 @@ TEST_F(HostPoolAccessTest, AdoptedPinnedPoolIsGrantedOnlyTheListedDevices)
 TEST_F(HostPoolAccessTest, ManagedHostPoolGrantsReadWriteAndServesKernelWrittenMemory)
 {
   ASYNCMR_SKIP_IF(managed_pools_unavailable());
-  async_managed_memory_resource mr{managed_resource_options{.where = location::host()}};
+  async_managed_memory_resource mr{managed_resource_options{.location = location::host()}};
   // Without access a kernel faults and the sticky error ends every later test: stop here.
   ASSERT_EQ(mr.pool().access(0), access_mode::read_write);
   void* p = mr.allocate(stream_ref(), mib);

@@ -20,7 +20,7 @@ TEST_F(ReadmeExampleTest, CppExampleRuns)
 {
   // --- as in README.md ---
   asyncmr::async_pinned_memory_resource pinned{};  // default host pool
-  asyncmr::async_managed_memory_resource managed{{.source = asyncmr::pool_source::owned}};
+  asyncmr::async_managed_memory_resource managed{{.source = asyncmr::pool_source::new_pool}};
   rmm::device_async_resource_ref ref{managed};
   rmm::device_buffer buf{1 << 20, rmm::cuda_stream_view{}, ref};
   managed.pool().set<asyncmr::pool_attribute::release_threshold>(0);

@@ -61,7 +61,7 @@ TYPED_TEST(ResourceTest, CurrentPoolServesKernelWrittenMemory)
 
 TYPED_TEST(ResourceTest, OwnedPoolServesKernelWrittenMemory)
 {
-  typename TypeParam::resource_type mr{this->options(pool_source::owned)};
+  typename TypeParam::resource_type mr{this->options(pool_source::new_pool)};
   EXPECT_TRUE(mr.pool().owned());
   EXPECT_NE(mr.pool().handle(), driver_default_pool(TypeParam::where(), TypeParam::type));
   this->expect_serves_usable_memory(mr);
@@ -143,14 +143,14 @@ TYPED_TEST(ResourceTest, ResourcesOnTheSamePoolCompareEqual)
 
 TYPED_TEST(ResourceTest, OwnedPoolsOfTwoResourcesDiffer)
 {
-  typename TypeParam::resource_type a{this->options(pool_source::owned)};
-  typename TypeParam::resource_type b{this->options(pool_source::owned)};
+  typename TypeParam::resource_type a{this->options(pool_source::new_pool)};
+  typename TypeParam::resource_type b{this->options(pool_source::new_pool)};
   EXPECT_FALSE(a == b);
 }
 
 TYPED_TEST(ResourceTest, CopiesShareTheOwnedPool)
 {
-  typename TypeParam::resource_type a{this->options(pool_source::owned)};
+  typename TypeParam::resource_type a{this->options(pool_source::new_pool)};
   auto const b = a;
   EXPECT_TRUE(a == b);
   EXPECT_TRUE(b.pool().owned());
@@ -159,7 +159,7 @@ TYPED_TEST(ResourceTest, CopiesShareTheOwnedPool)
 
 TYPED_TEST(ResourceTest, ClosingTheOwnedPoolThroughAViewStopsTheResource)
 {
-  typename TypeParam::resource_type mr{this->options(pool_source::owned)};
+  typename TypeParam::resource_type mr{this->options(pool_source::new_pool)};
   auto view = mr.pool();
   view.close();
   EXPECT_TRUE(mr.pool().closed());
@@ -209,7 +209,7 @@ TEST_F(DeviceResourceTest, ReportsTheDeviceOfItsPool)
 {
   async_device_memory_resource mr{device_resource_options{.device = 0}};
   EXPECT_EQ(mr.device(), 0);
-  EXPECT_EQ(mr.pool().where(), location::device(0));
+  EXPECT_EQ(mr.pool().location(), location::device(0));
 }
 
 TEST_F(DeviceResourceTest, UnknownDeviceThrowsOutOfRange)
@@ -226,7 +226,7 @@ TEST_F(AdoptionTest, DeviceResourceRejectsAPinnedPool)
 {
   ASYNCMR_SKIP_IF(host_pools_unavailable());
   auto const pinned =
-    mem_pool::create(pool_properties{.type = allocation_type::pinned, .where = location::host()});
+    mem_pool::create(pool_properties{.type = allocation_type::pinned, .location = location::host()});
   EXPECT_THROW(async_device_memory_resource{pinned}, std::invalid_argument);
 }
 

@@ -223,7 +223,7 @@ class ResourceKindTest : public GpuTest {
   {
     pool_properties p{};
     p.type  = Kind::type;
-    p.where = Kind::where();
+    p.location = Kind::where();
     return p;
   }
 };

@@ -3,6 +3,7 @@
  */
 #pragma once
 
+#include <asyncmr/location.hpp>
 #include <asyncmr/mem_pool.hpp>
 
 #include <rmm/aligned.hpp>
@@ -16,19 +17,18 @@
 
 namespace asyncmr {
 
-/// @brief Which pool a resource allocates from.
-enum class pool_source : int {
-  default_pool,  ///< the CUDA 13 default pool of the location and type (shared, process-wide)
-  current,       ///< the current pool of the location and type (shared, process-wide)
-  owned,         ///< a new pool made for, and destroyed with, the resource
-};
+/**
+ * @brief How many stream-ordered frees through asyncmr's resources the driver refused since the
+ * process started (each one is also logged through RMM's logger).
+ */
+[[nodiscard]] std::uint64_t failed_deallocations() noexcept;
 
 namespace detail {
 
 /// @brief Everything a resource constructor decides about its pool.
 struct pool_request {
   allocation_type type;
-  location where;
+  asyncmr::location location;
   pool_source source{pool_source::default_pool};
   /// Unset: shared pools with threshold 0 are raised to the maximum, owned pools get the
   /// maximum. Set: applied exactly, whatever the pool.
@@ -64,11 +64,22 @@ class pool_resource_base {
   [[nodiscard]] void* allocate(cuda::stream_ref stream,
                                std::size_t bytes,
                                std::size_t alignment = rmm::CUDA_ALLOCATION_ALIGNMENT);
-  /// @brief Frees `ptr` in stream order on `stream`.
+  /**
+   * @brief Frees `ptr` in stream order on `stream`. Never throws: a free the driver refuses (a
+   * double free, a pointer no pool handed out) is logged through RMM's logger, counted in
+   * `failed_deallocations()`, and asserted in debug builds, as RMM does.
+   */
   void deallocate(cuda::stream_ref stream,
                   void* ptr,
                   std::size_t bytes,
                   std::size_t alignment = rmm::CUDA_ALLOCATION_ALIGNMENT) noexcept;
+  /**
+   * @brief Frees like `deallocate`, and returns the driver's answer instead of logging a
+   * refusal (refusals still count in `failed_deallocations()`); for callers that can raise.
+   */
+  [[nodiscard]] cudaError_t deallocate_checked(cuda::stream_ref stream,
+                                               void* ptr,
+                                               std::size_t bytes) noexcept;
   /// @brief Allocates and waits until the memory is usable from the host and any stream.
   [[nodiscard]] void* allocate_sync(std::size_t bytes,
                                     std::size_t alignment = rmm::CUDA_ALLOCATION_ALIGNMENT);
@@ -81,6 +92,8 @@ class pool_resource_base {
   [[nodiscard]] mem_pool const& pool() const noexcept { return pool_; }
   /// @brief The pool's driver handle.
   [[nodiscard]] cudaMemPool_t pool_handle() const { return pool_.handle(); }
+  /// @brief True if the pool is destroyed with the resource (`pool_source::new_pool`).
+  [[nodiscard]] bool owns_pool() const noexcept { return pool_.owned(); }
 
  protected:
   explicit pool_resource_base(mem_pool pool) noexcept : pool_{std::move(pool)} {}

@@ -1,0 +1,186 @@
+# SPDX-License-Identifier: Apache-2.0
+# The C++ side, declared once, with its own types: C++ enums become Python enums here (their
+# values come from the C++ compiler, so nothing is written twice), optionals stay optionals.
+# Every call that can throw goes through the one translator, asyncmr_py::translate_exception.
+
+from libc.stdint cimport int64_t, uint32_t, uint64_t, uintptr_t
+from libcpp cimport bool as cbool
+from libcpp.memory cimport shared_ptr, unique_ptr
+from libcpp.optional cimport optional
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+
+
+cdef extern from "cuda_runtime_api.h" nogil:
+    ctypedef int cudaError_t
+
+
+cdef extern from "_bridge.hpp" namespace "asyncmr_py" nogil:
+    cdef void translate_exception()
+
+
+cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
+    cpdef enum class LocationKind "asyncmr::location_kind" (int):
+        none
+        device
+        host
+        host_numa
+        host_numa_current
+
+    cpdef enum class AllocationType "asyncmr::allocation_type" (int):
+        device
+        pinned
+        managed
+
+    cpdef enum class PoolSource "asyncmr::pool_source" (int):
+        default_pool
+        current
+        new_pool
+
+    cpdef enum class AccessMode "asyncmr::access_mode" (int):
+        none
+        read
+        read_write
+
+    cpdef enum class AttributeKind "asyncmr::attribute_kind" (int):
+        boolean
+        integer
+        bytes
+
+    cpdef enum class AttributeAccess "asyncmr::attribute_access" (int):
+        read_only
+        read_write
+        reset_only
+
+    cpdef enum class PoolPath "asyncmr::pool_path" (int):
+        runtime
+        driver_entry_point
+        stand_in
+
+    cdef cppclass location_t "asyncmr::location":
+        LocationKind kind
+        int id
+
+    cdef cppclass device_facts:
+        cbool memory_pools
+        cbool concurrent_managed_access
+        cbool host_memory_pools
+        cbool host_numa_memory_pools
+
+    cdef cppclass platform:
+        int driver
+        int build
+        device_facts device
+
+    cdef cppclass support:
+        optional[PoolPath] path
+        string reason
+
+    support decide_pool_support(const platform&, const location_t&, AllocationType,
+                                PoolSource) except +translate_exception
+    support decide_routing_support(const platform&, AllocationType) except +translate_exception
+    platform current_platform(int) except +translate_exception
+    int require_cuda() except +translate_exception
+
+    cdef cppclass cuda_versions:
+        int driver
+        int runtime
+    cuda_versions versions()
+
+    cdef cppclass attribute_info:
+        int cuda_value
+        AttributeKind kind
+        AttributeAccess access
+        int min_driver
+
+    cdef cppclass pool_properties:
+        AllocationType type
+        location_t where "location"
+        size_t max_size
+        int export_handle_types
+        optional[uint64_t] release_threshold
+
+    cdef cppclass mem_pool:
+        mem_pool()
+        mem_pool(const mem_pool&)
+        @staticmethod
+        mem_pool default_pool(location_t, AllocationType) except +translate_exception
+        @staticmethod
+        mem_pool current(location_t, AllocationType) except +translate_exception
+        @staticmethod
+        mem_pool create(const pool_properties&) except +translate_exception
+        cbool owned()
+        cbool closed()
+        optional[location_t] where "location"() except +translate_exception
+        optional[AllocationType] type() except +translate_exception
+        void reset_peaks() except +translate_exception
+        void trim_to(size_t) except +translate_exception
+        void set_access(const vector[int]&, AccessMode) except +translate_exception
+        AccessMode access(int) except +translate_exception
+        mem_pool make_current() except +translate_exception
+        void close() except +translate_exception
+        cbool operator==(const mem_pool&)
+
+    cdef cppclass managed_resource_options:
+        optional[int] device
+        PoolSource source
+        optional[location_t] where "location"
+        optional[uint64_t] release_threshold
+        optional[vector[int]] accessible_from
+
+    cdef cppclass pinned_resource_options:
+        PoolSource source
+        optional[int] numa_node
+        optional[uint64_t] release_threshold
+        optional[vector[int]] accessible_from
+
+    cdef cppclass device_resource_options:
+        optional[int] device
+        PoolSource source
+        optional[uint64_t] release_threshold
+
+    cdef cppclass pool_resource_base "asyncmr::detail::pool_resource_base":
+        const mem_pool& pool()
+
+    cdef cppclass async_managed_memory_resource(pool_resource_base):
+        int device()
+
+    cdef cppclass async_pinned_memory_resource(pool_resource_base):
+        pass
+
+    cdef cppclass async_device_memory_resource(pool_resource_base):
+        int device()
+
+    uint64_t c_failed_deallocations "asyncmr::failed_deallocations"()
+
+
+cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr::testing" nogil:
+    void set_testing_driver_version "asyncmr::testing::set_driver_version"(int)
+
+
+cdef extern from "_bridge.hpp" namespace "asyncmr_py" nogil:
+    void set_exception_types(object, object, object, object)
+    shared_ptr[R] make_resource[R, O](const mem_pool*, const O&) except +translate_exception
+    uintptr_t allocate(pool_resource_base&, uintptr_t, size_t) except +translate_exception
+    cudaError_t deallocate(pool_resource_base&, uintptr_t, uintptr_t, size_t)
+    uintptr_t handle_of(const mem_pool&) except +translate_exception
+    mem_pool adopt_handle(uintptr_t, cbool, optional[location_t], optional[AllocationType]) \
+        except +translate_exception
+    uint64_t get_attribute(const mem_pool&, size_t) except +translate_exception
+    void set_attribute(const mem_pool&, size_t, uint64_t) except +translate_exception
+    LocationKind kind_from_cuda(int) except +translate_exception
+    size_t attribute_count()
+    const attribute_info& attribute_row(size_t) except +translate_exception
+    const char* attribute_name(size_t) except +translate_exception
+    const char* error_name(cudaError_t)
+    const char* error_text(cudaError_t)
+
+
+cdef class MemPool:
+    cdef unique_ptr[mem_pool] c_pool
+    cdef object _hash_key
+    cdef object __weakref__
+
+    @staticmethod
+    cdef MemPool wrap(const mem_pool& pool)
+    cdef mem_pool* get(self) except NULL

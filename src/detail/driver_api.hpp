@@ -1,0 +1,37 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#pragma once
+
+// Private to src/: the calls that obtain, create and route pools, each by the path
+// `decide_pool_support` chose (the runtime asyncmr links, a CUDA 13 driver entry point, or
+// asyncmr's stand-in pool). One function per operation; the path is the only switch.
+
+#include <asyncmr/capability.hpp>
+#include <asyncmr/location.hpp>
+
+#include <cuda_runtime_api.h>
+
+namespace asyncmr::detail {
+
+/// The default pool of `type` at `where`.
+[[nodiscard]] cudaMemPool_t get_default_pool(location const& where,
+                                             allocation_type type,
+                                             pool_path path);
+/// The current pool of `type` at `where`.
+[[nodiscard]] cudaMemPool_t get_current_pool(location const& where,
+                                             allocation_type type,
+                                             pool_path path);
+/// Makes `handle` the current pool of `type` at `where`, process-wide.
+void set_current_pool(location const& where,
+                      allocation_type type,
+                      cudaMemPool_t handle,
+                      pool_path path);
+/// A new pool; ownership to the caller. The driver's answer is returned, not thrown, so the
+/// caller can say why it refused (a bounded managed pool, ...); a missing driver entry point
+/// throws `unsupported_error`.
+[[nodiscard]] cudaError_t create_pool(cudaMemPool_t* handle,
+                                      cudaMemPoolProps const& props,
+                                      pool_path path);
+
+}  // namespace asyncmr::detail

@@ -1,0 +1,158 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+
+// The pools asyncmr owns, process-wide, under one mutex:
+// - every live owned pool, by handle, so that adopting such a handle as a view shares the
+//   owner's state and sees its close() instead of using a destroyed handle;
+// - pools closed while allocations were live or in flight ("parked"). On the H200 with driver
+//   580, destroying a pool and then freeing one of its blocks crashed the process at a later
+//   synchronization, although the documentation allows it. Parked pools are trimmed, and
+//   destroyed once nothing is allocated from them and no allocation is in flight, at the next
+//   close or create;
+// - the stand-in default host pools of a CUDA 12 build on a 12.x driver, never destroyed.
+
+#include "detail/pool_state.hpp"
+
+#include <asyncmr/detail/capture_mode.hpp>
+#include <asyncmr/error.hpp>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace asyncmr::detail {
+namespace {
+
+struct parked_pool {
+  cudaMemPool_t handle;
+  std::weak_ptr<pool_state> state;  // expired: nothing can be in flight any more
+};
+
+struct owned_pools {
+  std::mutex mutex;
+  std::unordered_map<cudaMemPool_t, std::weak_ptr<pool_state>> live;
+  std::vector<parked_pool> parked;
+  std::map<std::pair<int, int>, cudaMemPool_t> stand_ins;  // (location kind, id) for host pools
+};
+
+owned_pools& registry()
+{
+  static auto* pools = new owned_pools{};  // never destroyed: used until the process ends
+  return *pools;
+}
+
+// True if the driver says nothing is allocated from `h`; false when it says otherwise or
+// cannot answer (then the pool is kept rather than risked).
+bool nothing_allocated(cudaMemPool_t h) noexcept
+{
+  std::uint64_t used = 1;
+  auto const status  = cudaMemPoolGetAttribute(h, cudaMemPoolAttrUsedMemCurrent, &used);
+  if (status != cudaSuccess) {
+    clear_own_error(status);
+    return false;
+  }
+  return used == 0;
+}
+
+bool idle(parked_pool const& p) noexcept
+{
+  auto const state = p.state.lock();
+  return (state == nullptr || state->in_flight.load() == 0) && nothing_allocated(p.handle);
+}
+
+void destroy(cudaMemPool_t h) noexcept { clear_own_error(cudaMemPoolDestroy(h)); }
+
+// Destroys the parked pools that have become empty. Caller holds the registry mutex.
+void sweep_parked(owned_pools& pools) noexcept
+{
+  std::erase_if(pools.parked, [](parked_pool const& p) {
+    if (!idle(p)) { return false; }
+    destroy(p.handle);
+    return true;
+  });
+}
+
+}  // namespace
+
+void register_owned(std::shared_ptr<pool_state> const& state)
+{
+  auto& pools = registry();
+  std::lock_guard<std::mutex> lock{pools.mutex};
+  relaxed_capture_guard guard;
+  sweep_parked(pools);
+  pools.live[state->handle.load()] = state;
+}
+
+std::shared_ptr<pool_state> find_owned(cudaMemPool_t handle)
+{
+  auto& pools = registry();
+  std::lock_guard<std::mutex> lock{pools.mutex};
+  auto const it = pools.live.find(handle);
+  return it == pools.live.end() ? nullptr : it->second.lock();
+}
+
+bool is_parked(cudaMemPool_t handle)
+{
+  auto& pools = registry();
+  std::lock_guard<std::mutex> lock{pools.mutex};
+  return std::any_of(pools.parked.begin(), pools.parked.end(),
+                     [&](parked_pool const& p) { return p.handle == handle; });
+}
+
+void retire(cudaMemPool_t handle, std::shared_ptr<pool_state> const& state) noexcept
+{
+  auto& pools = registry();
+  std::lock_guard<std::mutex> lock{pools.mutex};
+  relaxed_capture_guard guard;
+  pools.live.erase(handle);
+  // in_flight is read after the handle was cleared (sequentially consistent on both sides): an
+  // allocation that read the handle before that is counted here; one that reads it after sees
+  // nullptr and is refused.
+  parked_pool entry{handle, state};
+  if (idle(entry)) {
+    destroy(handle);
+  } else {
+    clear_own_error(cudaMemPoolTrimTo(handle, 0));  // give back what is not in use now
+    pools.parked.push_back(std::move(entry));
+  }
+  sweep_parked(pools);
+}
+
+cudaMemPool_t stand_in_pool(location const& where, allocation_type type)
+{
+  auto& pools = registry();
+  std::lock_guard<std::mutex> lock{pools.mutex};
+  auto const key = std::make_pair(static_cast<int>(where.kind),
+                                  where.kind == location_kind::host_numa ? where.id : 0);
+  if (auto const it = pools.stand_ins.find(key); it != pools.stand_ins.end()) { return it->second; }
+  if (where.kind == location_kind::host_numa_current) {
+    throw unsupported_error{"asyncmr: this driver has no default pool at host_numa_current; "
+                            "name the NUMA node with Location.host_numa(n)"};
+  }
+  // Like CUDA 13's default pools it starts with release threshold 0 and no device access; the
+  // resources apply their policies on top.
+  cudaMemPoolProps props{};
+  props.allocType   = type == allocation_type::managed ? static_cast<cudaMemAllocationType>(2)
+                                                       : cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypeNone;
+  props.location    = where.to_cuda();
+  cudaMemPool_t handle = nullptr;
+  relaxed_capture_guard guard;
+  ASYNCMR_CUDA_TRY(cudaMemPoolCreate(&handle, &props));
+  pools.stand_ins.emplace(key, handle);
+  return handle;
+}
+
+bool is_stand_in(cudaMemPool_t handle)
+{
+  auto& pools = registry();
+  std::lock_guard<std::mutex> lock{pools.mutex};
+  return std::any_of(pools.stand_ins.begin(), pools.stand_ins.end(),
+                     [&](auto const& entry) { return entry.second == handle; });
+}
+
+}  // namespace asyncmr::detail
