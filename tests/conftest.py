@@ -1,69 +1,68 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Shared fixtures: GPU detection (tests skip with the reason asyncmr gives) and isolation of
-the process-wide pool state (default pools' thresholds, current-pool routing, RMM's current
-resource) that resource constructors are documented to change."""
+"""The fixtures of the whole test tree (tests/reliability adds its own kernels on top):
+``gpu`` (skips with the reason asyncmr gives without a CUDA device, and puts the process-wide
+state back as it found it), ``two_gpus``, ``no_gpu``; and the switch that turns GPU skips into
+failures on a GPU host (``ASYNCMR_REQUIRE_GPUS``, set by ci/gpu.sh)."""
 
 import pytest
 
-from asyncmr import Location, MemPool
+import gpu_helpers
+from gpu_helpers import NOT_APPLICABLE, REQUIRED_GPUS, gpu_count, require_gpus
 
-from gpu_helpers import gpu_count
+# Fixtures that mark a test as a GPU test for the switch below.
+GPU_FIXTURES = {"gpu", "two_gpus"}
 
 
-def require_gpus(n: int) -> None:
-    count, why = gpu_count()
-    if count == 0:
-        pytest.skip(f"no CUDA device: {why}")
-    if count < n:
-        pytest.skip(f"needs {n} CUDA devices, this machine has {count}")
+def pytest_configure(config):
+    for line in (
+        "gpu: needs a CUDA device",
+        "multigpu: needs two CUDA devices",
+        "soak: long stress run; skipped unless ASYNCMR_SOAK=1 (duration: ASYNCMR_STRESS_SECONDS)",
+        "cuda_api_error: makes a CUDA call fail on purpose (compute-sanitizer reports those as "
+        "API errors; run the sanitizer with --report-api-errors no, or deselect these)",
+    ):
+        config.addinivalue_line("markers", line)
 
 
 @pytest.fixture
 def gpu():
-    """Skips unless a CUDA device is present; restores shared pool state afterwards."""
-    require_gpus(1)
-    import rmm
-
-    saved = _snapshot()
-    previous_mr = rmm.mr.get_current_device_resource()
-    yield
-    rmm.mr.set_current_device_resource(previous_mr)
-    _restore(saved)
+    """Skips without a CUDA device; yields the device count; restores the process-wide state
+    (shared pools' settable attributes and routing, RMM's current resource, CuPy's
+    allocators) afterwards."""
+    count = require_gpus(1)
+    saved = gpu_helpers.save_process_state()
+    try:
+        yield count
+    finally:
+        gpu_helpers.restore_process_state(saved)
 
 
 @pytest.fixture
 def two_gpus(gpu):
-    require_gpus(2)
+    return require_gpus(2)
 
 
 @pytest.fixture
 def no_gpu():
     count, _ = gpu_count()
     if count:
-        pytest.skip("a CUDA device is present; this test checks the no-GPU behaviour")
+        pytest.skip("a CUDA device is present; this test checks the no-GPU behaviour (the GPU "
+                    "host checks it in a child without visible devices)")
 
 
-# The shared pools the tests (and the resources under test) may touch.
-def _shared_pools():
-    count, _ = gpu_count()
-    keys = [(Location.host(), "pinned")]
-    for d in range(count):
-        keys += [(Location.device(d), "device"), (Location.device(d), "managed")]
-    return keys
-
-
-def _snapshot():
-    saved = []
-    for loc, kind in _shared_pools():
-        pool = MemPool.default(loc, kind)
-        saved.append((loc, kind, pool.attributes.release_threshold,
-                      MemPool.current(loc, kind).handle))
-    return saved
-
-
-def _restore(saved):
-    for loc, kind, threshold, current in saved:
-        default = MemPool.default(loc, kind)
-        if MemPool.current(loc, kind).handle != current:
-            MemPool.from_handle(current, location=loc, allocation_type=kind).make_current()
-        default.attributes.release_threshold = threshold
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under ASYNCMR_REQUIRE_GPUS, a GPU test that skips for any reason but "not applicable"
+    fails: a skip raised by a library (pytest.importorskip, a guard) must not pass silently."""
+    outcome = yield
+    report = outcome.get_result()
+    if not (REQUIRED_GPUS and report.skipped and GPU_FIXTURES & set(item.fixturenames)):
+        return
+    if "two_gpus" in item.fixturenames and REQUIRED_GPUS < 2:
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    if NOT_APPLICABLE in reason:
+        return
+    report.outcome = "failed"
+    report.longrepr = (f"GPU test skipped on a host with ASYNCMR_REQUIRE_GPUS={REQUIRED_GPUS}: "
+                       f"{reason}")

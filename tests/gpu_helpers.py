@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Small helpers the tests share: GPU detection, views of raw pointers for CuPy and NumPy."""
+"""What the whole test tree shares: GPU detection and the switch that turns GPU skips into
+failures on a GPU host, the state of the process-wide pools (saved and restored around every
+GPU test), views of raw pointers for CuPy and NumPy, and the child-process runner."""
 
 import contextlib
 import ctypes
@@ -9,8 +11,10 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import asyncmr
+from asyncmr import Location, MemPool
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -22,6 +26,135 @@ def gpu_count() -> tuple[int, str]:
         return asyncmr.device_count(), ""
     except asyncmr.NoDeviceError as e:
         return 0, str(e)
+
+
+# ---- skips that must not hide a broken GPU host -------------------------------------------------
+
+#: ci/gpu.sh sets this to the number of GPUs the host has. Then a test that needs at most that
+#: many GPUs, or a library the GPU tests use, fails instead of skipping: a missing CuPy or a wrong
+#: guard on the GPU host is a failure, not one more skip among the expected ones.
+REQUIRED_GPUS = int(os.environ.get("ASYNCMR_REQUIRE_GPUS", "0") or 0)
+#: Skips that are right even on a GPU host say so with this prefix (see conftest.py's hook).
+NOT_APPLICABLE = "not applicable: "
+
+
+def skip_or_fail(reason: str, gpus: int = 1) -> None:
+    """Skips with ``reason``, or fails when this host was declared to have ``gpus`` GPUs."""
+    if REQUIRED_GPUS >= gpus:
+        pytest.fail(f"{reason} (ASYNCMR_REQUIRE_GPUS={REQUIRED_GPUS}: this host must run it)",
+                    pytrace=False)
+    pytest.skip(reason)
+
+
+def not_applicable(reason: str) -> None:
+    """Skips a GPU test that does not apply here (the switch above lets it skip)."""
+    pytest.skip(NOT_APPLICABLE + reason)
+
+
+def require_gpus(n: int) -> int:
+    count, why = gpu_count()
+    if count == 0:
+        skip_or_fail(f"no CUDA device: {why}", n)
+    if count < n:
+        skip_or_fail(f"needs {n} CUDA devices, this machine has {count}", n)
+    return count
+
+
+def require_module(name: str, why: str = "the GPU tests use it"):
+    """Imports ``name``; a GPU host that lacks it fails the test instead of skipping it."""
+    try:
+        return __import__(name, fromlist=["_"])
+    except ImportError as e:
+        skip_or_fail(f"{name} is not installed ({why}): {e}")
+
+
+# ---- the process-wide pools -----------------------------------------------------------------------
+
+# The shared pools a resource constructor, a control call or a careless caller could change.
+SHARED_POOLS = (
+    ("device@device(0)", Location.device(0), "device"),
+    ("managed@device(0)", Location.device(0), "managed"),
+    ("pinned@host", Location.host(), "pinned"),
+    ("managed@host", Location.host(), "managed"),
+)
+
+
+@functools.cache
+def shared_pool_rows() -> tuple[tuple, dict]:
+    """(rows of SHARED_POOLS this machine has, {name: why not} for the others), checked once."""
+    usable, missing = [], {}
+    for name, loc, atype in SHARED_POOLS:
+        try:
+            MemPool.default(loc, atype).attributes.release_threshold
+        except asyncmr.AsyncMRError as e:
+            missing[name] = str(e)
+            continue
+        usable.append((name, loc, atype))
+    return tuple(usable), missing
+
+
+def shared_pools() -> dict:
+    """name -> (default MemPool, location, allocation type), for the ones this machine has."""
+    return {name: (MemPool.default(loc, atype), loc, atype)
+            for name, loc, atype in shared_pool_rows()[0]}
+
+
+def settable(pool) -> dict:
+    """The read-write attributes of ``pool``."""
+    attrs = pool.attributes
+    return {row.name: getattr(attrs, row.name)
+            for row in asyncmr.attribute_table if row.access == "read_write"}
+
+
+def restore_settable(pool, saved: dict) -> None:
+    attrs = pool.attributes
+    for name, value in saved.items():
+        if getattr(attrs, name) != value:
+            setattr(attrs, name, value)
+
+
+def save_process_state():
+    """Everything a GPU test may change process-wide: settable attributes and routing of every
+    shared pool, RMM's current device resource, CuPy's device and pinned allocators."""
+    import rmm
+
+    pools = [(pool, loc, atype, settable(pool), MemPool.current(loc, atype))
+             for pool, loc, atype in shared_pools().values()]
+    cupy_allocators = None
+    try:
+        import cupy
+    except ImportError:
+        pass
+    else:
+        cupy_allocators = (cupy.cuda.get_allocator(), _cupy_pinned_allocator(cupy))
+    return pools, rmm.mr.get_current_device_resource(), cupy_allocators
+
+
+def restore_process_state(saved) -> None:
+    import rmm
+
+    pools, mr, cupy_allocators = saved
+    if cupy_allocators is not None:
+        import cupy
+
+        cupy.cuda.runtime.deviceSynchronize()
+        cupy.cuda.set_allocator(cupy_allocators[0])
+        if cupy_allocators[1] is not None:
+            cupy.cuda.set_pinned_memory_allocator(cupy_allocators[1])
+    rmm.mr.set_current_device_resource(mr)
+    for pool, loc, atype, values, current in pools:
+        if MemPool.current(loc, atype) != current:
+            current.make_current()
+        restore_settable(pool, values)
+
+
+def _cupy_pinned_allocator(cupy):
+    """CuPy's current pinned allocator (CuPy has no getter; asyncmr.cupy knows how to read it)."""
+    try:
+        from asyncmr.cupy import get_pinned_allocator
+    except ImportError:
+        return None
+    return get_pinned_allocator()
 
 
 def device_view(ptr: int, n: int, dtype=np.int32, owner=None, device_id: int = 0):

@@ -146,3 +146,94 @@ def test_bench_refuses_a_floor_program_built_without_optimization(tmp_path, opti
     else:
         assert "built without optimization" in result["error"]
         assert "CMAKE_BUILD_TYPE=Release" in result["error"]
+
+
+# ---- one source of truth: enums and the attribute table come from C++ ---------------------------
+
+def test_enums_are_the_cpp_enums():
+    from asyncmr import _core
+
+    assert [k.name for k in asyncmr.LocationKind] == [
+        "none", "device", "host", "host_numa", "host_numa_current"]
+    assert [t.name for t in asyncmr.AllocationType] == ["device", "pinned", "managed"]
+    # The Python spellings of pool= map onto the C++ enum by C++'s own to_string.
+    assert _core.POOL_SOURCES == {"default": asyncmr.PoolSource.default_pool,
+                                  "current": asyncmr.PoolSource.current,
+                                  "new": asyncmr.PoolSource.new_pool}
+    assert set(_core.ACCESS_MODES.values()) == set(asyncmr.AccessMode)
+
+
+def test_location_kinds_name_cpp_kinds():
+    kinds = {Location.device(0).kind, Location.host().kind, Location.host_numa(0).kind,
+             Location.host_numa_current().kind, Location.none().kind}
+    assert kinds == {k.name for k in asyncmr.LocationKind}
+
+
+def test_attribute_stub_matches_the_table():
+    """The committed _attributes.pyi is what ci/generate_stubs.py makes from the table."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parent.parent / "ci" / "generate_stubs.py"
+    spec = importlib.util.spec_from_file_location("generate_stubs", path)
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    installed = pathlib.Path(asyncmr.__file__).with_name("_attributes.pyi")
+    committed = gen.STUB.read_text() if gen.STUB.exists() else installed.read_text()
+    rendered = gen.render()
+    assert committed == rendered, "run: python ci/generate_stubs.py"
+    for row in asyncmr.attribute_table:
+        assert f"def {row.name}(self)" in rendered
+
+
+def test_deprecated_names_are_kept():
+    for cls in (MemPool, AsyncManagedMR, AsyncPinnedMR, AsyncDeviceMR):
+        for old, new in (("trim", "trim_to"), ("reset_peak", "reset_peaks")):
+            assert callable(getattr(cls, old)) and callable(getattr(cls, new))
+            assert "Deprecated" in getattr(cls, old).__doc__
+
+
+# ---- the support decision, for builds and drivers this machine does not have --------------------
+
+def _decide(driver, build, loc, atype, source="default", **facts):
+    from asyncmr import _core
+
+    return _core._decide_pool_support(driver=driver, build=build, loc=loc,
+                                      allocation_type=atype, source=source, **facts)
+
+
+@pytest.mark.parametrize("source, path", [("default", "stand_in"), ("new", "runtime")])
+def test_cuda12_build_on_a_12x_driver_has_host_pools(source, path):
+    assert _decide(12090, 12090, Location.host(), "pinned", source) == (path, "")
+
+
+def test_cuda12_build_on_a_12x_driver_has_no_current_host_pool():
+    path, why = _decide(12090, 12090, Location.host(), "pinned", "current")
+    assert path is None and "CUDA 13 driver feature" in why and "pool='new'" in why
+
+
+@pytest.mark.parametrize("build", [12090, 13000])
+def test_managed_pools_on_a_12x_driver_name_the_driver(build):
+    path, why = _decide(12080, build, Location.device(0), "managed")
+    assert path is None and "CUDA 13 driver" in why and "12.8" in why
+
+
+@pytest.mark.parametrize("source", ["default", "current", "new"])
+def test_host_pools_on_a_driver_older_than_12_6_say_so(source):
+    path, why = _decide(12040, 12090, Location.host(), "pinned", source)
+    assert path is None and "12.6" in why and "this driver is 12.4" in why
+
+
+@pytest.mark.parametrize("atype, loc", [("managed", Location.device(0)),
+                                        ("pinned", Location.host())])
+@pytest.mark.parametrize("source", ["default", "current"])
+def test_cuda12_build_on_a_13x_driver_reaches_the_driver(atype, loc, source):
+    assert _decide(13000, 12090, loc, atype, source) == ("driver_entry_point", "")
+
+
+def test_device_facts_decide():
+    assert _decide(13000, 13000, Location.host(), "pinned", host_memory_pools=False)[0] is None
+    path, why = _decide(13000, 13000, Location.device(0), "managed",
+                        concurrent_managed_access=False)
+    assert path is None and "concurrent managed access" in why
+    assert _decide(13000, 13000, Location.device(0), "device", memory_pools=False)[0] is None

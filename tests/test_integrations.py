@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from gpu_helpers import describe, run_python
+from gpu_helpers import describe, run_python, skip_or_fail
 
 KINDS = ["managed", "pinned", "device"]
 
@@ -103,7 +103,7 @@ def _run_child(script: str, kind: str) -> None:
 
 def _require(module: str) -> None:
     if importlib.util.find_spec(module) is None:
-        pytest.skip(f"{module} is not installed")
+        skip_or_fail(f"{module} is not installed")
 
 
 @pytest.mark.parametrize("kind", KINDS)

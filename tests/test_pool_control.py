@@ -10,7 +10,7 @@ import rmm
 import asyncmr
 from asyncmr import AsyncDeviceMR, AsyncManagedMR, AsyncPinnedMR, Location, MemPool
 
-from gpu_helpers import sync
+from gpu_helpers import require_module, sync
 
 MiB = 1 << 20
 UINT64_MAX = 2**64 - 1
@@ -137,7 +137,7 @@ def test_cuda_13_2_attributes_on_owned_pools(gpu):
         a = pool.attributes
         assert a.max_pool_size == 256 * MiB
         assert a.location_type == "device" and a.location_id == 0
-        assert a.allocation_type == "pinned"  # the driver's name for device-pool memory
+        assert a.allocation_type == "device" == pool.allocation_type  # one decoding
         assert a.export_handle_types == 0
         assert a.hw_decompress_enabled is False
 
@@ -178,8 +178,8 @@ def test_adopting_an_owned_handle_shares_its_state(gpu):
         assert view.location == Location.device(0)  # known from the owner
         assert view.attributes.max_pool_size == 128 * MiB
     assert view.closed  # the owner's close reaches the view: no dangling handle
-    with pytest.raises(ValueError, match="destroyed"):
-        MemPool.from_handle(handle)
+    with pytest.raises(asyncmr.PoolClosedError):
+        MemPool.from_handle(view)
 
 
 def test_closing_with_live_allocations_defers_destruction(gpu):
@@ -190,10 +190,10 @@ def test_closing_with_live_allocations_defers_destruction(gpu):
     pool.close()  # a block is still live: the driver pool must outlive it
     with pytest.raises(asyncmr.PoolClosedError):
         mr.allocate(MiB)
+    with pytest.raises(ValueError, match="closed by asyncmr"):
+        MemPool.from_handle(handle)  # parked: alive in the driver, but asyncmr's to destroy
     mr.deallocate(ptr, MiB)  # freeing into the closed pool is safe
     sync()
-    with pytest.raises(ValueError, match="destroyed"):
-        MemPool.from_handle(handle)
     AsyncDeviceMR(pool="new")  # a later create destroys the parked pool
     sync()
 
@@ -231,7 +231,7 @@ def test_reset_peak_on_resource(owned_device_pool):
     p = mr.allocate(4 * MiB)
     mr.deallocate(p, 4 * MiB)
     sync()
-    mr.reset_peak()
+    mr.reset_peaks()
     assert mr.attributes.used_mem_high == mr.attributes.used_mem_current == 0
 
 
@@ -247,9 +247,9 @@ def test_trim_returns_reserved_memory(gpu, loc, atype):
             mr.deallocate(p, 32 * MiB)
         sync()
         assert pool.attributes.reserved_mem_current >= 96 * MiB
-        mr.trim(32 * MiB)
+        mr.trim_to(32 * MiB)
         assert 32 * MiB <= pool.attributes.reserved_mem_current < 96 * MiB
-        mr.trim()
+        mr.trim_to()
         assert pool.attributes.reserved_mem_current == 0
 
 
@@ -293,7 +293,7 @@ def test_make_current_routes_and_returns_the_previous_pool(gpu, loc, atype):
 
 
 def test_routing_reaches_cudaMallocAsync_users(gpu):
-    cupy = pytest.importorskip("cupy")
+    cupy = require_module("cupy")
     with MemPool.create(Location.device(0), "device") as pool:
         with pool.as_current():
             # CuPy's MemoryAsyncPool allocates with cudaMallocAsync from the current pool.
@@ -348,7 +348,7 @@ def _exercise_every_control_call():
         attrs.release_threshold = threshold
         attrs.reuse_allow_opportunistic = attrs.reuse_allow_opportunistic
         attrs.used_mem_high = 0
-        pool.trim(UINT64_MAX)
+        pool.trim_to(UINT64_MAX)
         pool.access(0)
         if loc.is_host:
             pool.set_access([0], "rw")
@@ -357,7 +357,7 @@ def _exercise_every_control_call():
 
 
 def _capture_with(mode):
-    cupy = pytest.importorskip("cupy")
+    cupy = require_module("cupy")
     return cupy, {"global": cupy.cuda.runtime.streamCaptureModeGlobal,
                   "thread_local": cupy.cuda.runtime.streamCaptureModeThreadLocal}[mode]
 
@@ -387,7 +387,7 @@ def test_control_calls_during_a_global_capture_on_another_thread(gpu):
 
     t = threading.Thread(target=capture)
     t.start()
-    started.wait(30)
+    assert started.wait(30), "the capturing thread never started its capture"
     try:
         _exercise_every_control_call()
     finally:
@@ -412,20 +412,51 @@ def test_control_calls_during_a_thread_local_capture_on_this_thread(gpu):
     assert float(x[0].get()) == 2.0
 
 
+def _graph_node_types(drv, graph) -> list:
+    err, _, count = drv.cuGraphGetNodes(graph, 0)
+    assert err == drv.CUresult.CUDA_SUCCESS
+    err, nodes, count = drv.cuGraphGetNodes(graph, count)
+    assert err == drv.CUresult.CUDA_SUCCESS
+    types = []
+    for node in nodes[:count]:
+        err, node_type = drv.cuGraphNodeGetType(node)
+        assert err == drv.CUresult.CUDA_SUCCESS
+        types.append(node_type)
+    return types
+
+
 @pytest.mark.parametrize("kind", ["device", "managed"])
 def test_allocation_inside_a_capture_becomes_a_graph_node(gpu, kind):
-    cupy, mode = _capture_with("thread_local")
+    cupy = require_module("cupy")
+    drv = require_module("cuda.bindings.driver", "the test reads the captured graph's nodes")
+    ok = drv.CUresult.CUDA_SUCCESS
     mr = {"device": AsyncDeviceMR, "managed": AsyncManagedMR}[kind]()
     s = cupy.cuda.Stream(non_blocking=True)
     rs = rmm.pylibrmm.stream.Stream(obj=s)
-    with s:
-        s.begin_capture(mode)
+    hs = drv.CUstream(s.ptr)
+    mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+    assert drv.cuStreamBeginCapture(hs, mode)[0] == ok
+    try:
         ptr = mr.allocate(MiB, rs)
         cupy.cuda.runtime.memsetAsync(ptr, 1, MiB, s.ptr)
         mr.deallocate(ptr, MiB, rs)
-        graph = s.end_capture()
-    graph.launch(s)
-    s.synchronize()
+    finally:
+        err, graph = drv.cuStreamEndCapture(hs)
+    assert err == ok
+    try:
+        types = _graph_node_types(drv, graph)
+        kinds = drv.CUgraphNodeType
+        # As the C++ test: one allocation node and one free node, around the memset.
+        assert types.count(kinds.CU_GRAPH_NODE_TYPE_MEM_ALLOC) == 1, types
+        assert types.count(kinds.CU_GRAPH_NODE_TYPE_MEM_FREE) == 1, types
+        assert types.count(kinds.CU_GRAPH_NODE_TYPE_MEMSET) == 1, types
+        err, graph_exec = drv.cuGraphInstantiate(graph, 0)
+        assert err == ok
+        assert drv.cuGraphLaunch(graph_exec, hs)[0] == ok
+        s.synchronize()
+        assert drv.cuGraphExecDestroy(graph_exec)[0] == ok
+    finally:
+        drv.cuGraphDestroy(graph)
 
 
 @pytest.mark.parametrize("make", [lambda: AsyncPinnedMR(),

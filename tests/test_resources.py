@@ -11,7 +11,7 @@ import rmm
 import asyncmr
 from asyncmr import AsyncDeviceMR, AsyncManagedMR, AsyncPinnedMR, Location, MemPool
 
-from gpu_helpers import device_view, host_view, rmm_cupy, sync
+from gpu_helpers import device_view, host_view, not_applicable, require_module, rmm_cupy, sync
 
 MiB = 1 << 20
 UINT64_MAX = 2**64 - 1
@@ -92,7 +92,7 @@ def test_explicit_direction_copies_treat_pool_pinned_memory_as_host(gpu):
     # copies into it work; copies that call it device memory (DeviceBuffer.copy_from_host
     # into it, CuPy's .get() from it) fail with cudaErrorInvalidValue, unlike cudaHostAlloc
     # memory. cudaMemcpyDefault works in every direction. The README says so.
-    cupy = pytest.importorskip("cupy")
+    cupy = require_module("cupy")
     rt = cupy.cuda.runtime
     mr = AsyncPinnedMR()
     n = 4096
@@ -123,7 +123,7 @@ def test_current_device_resource(gpu, kind):
 @pytest.mark.parametrize("pool", POOLS)
 @pytest.mark.parametrize("kind", list(MAKERS))
 def test_cupy_through_rmm_allocator(gpu, kind, pool):
-    cupy = pytest.importorskip("cupy")
+    cupy = require_module("cupy")
     mr, _owner = make(kind, pool)
     stats = rmm.mr.StatisticsResourceAdaptor(mr)
     n = 1 << 20
@@ -188,7 +188,7 @@ def test_managed_pool_on_the_host(gpu):
 
 
 def test_pinned_written_by_kernels_on_two_gpus(two_gpus):
-    cupy = pytest.importorskip("cupy")
+    cupy = require_module("cupy")
     mr = AsyncPinnedMR()
     n = 1 << 16
     ptr = mr.allocate(2 * n * 4)
@@ -205,7 +205,7 @@ def test_pinned_written_by_kernels_on_two_gpus(two_gpus):
 
 
 def test_new_pool_is_destroyed_with_the_resource(gpu):
-    cupy = pytest.importorskip("cupy")
+    cupy = require_module("cupy")
     mr = AsyncDeviceMR(pool="new")
     assert mr.owns_pool and mr.pool.owned
     ptr = mr.allocate(256 * MiB)
@@ -290,7 +290,7 @@ def test_impossible_allocation_raises_memory_error(gpu, kind):
         mr = MAKERS[kind](pool=MemPool.create(loc, atype, max_size=64 * MiB, release_threshold=0))
         nbytes = 128 * MiB
     else:
-        pytest.skip("managed pools cannot be bounded (cudaMemPoolCreate refuses max_size for "
+        not_applicable("managed pools cannot be bounded (cudaMemPoolCreate refuses max_size for "
                     "them) and asking for more managed memory than the card has can hang it")
     with pytest.raises(MemoryError, match="out of memory"):
         mr.allocate(nbytes)

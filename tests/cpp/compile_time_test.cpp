@@ -15,6 +15,8 @@
 #include <cuda/memory_resource>
 
 #include <cstdint>
+#include <set>
+#include <string_view>
 #include <type_traits>
 
 namespace {
@@ -89,8 +91,22 @@ static_assert(asyncmr::info(pool_attribute::used_mem_current).cuda_value ==
 static_assert(asyncmr::info(pool_attribute::used_mem_high).cuda_value ==
               cudaMemPoolAttrUsedMemHigh);
 
-// A runtime witness, so the test list shows that this file's contracts were compiled in.
-TEST(CompileTimeContracts, HoldWhenThisTestExists)
-{ SUCCEED(); }
+// What the static_asserts above cannot say, checked when the tests run: the table is dense
+// (row i describes enumerator i, so the X-macro's order is the enum's) and names each
+// attribute once, and every settable row is a bytes or boolean attribute the driver can set.
+TEST(CompileTimeContracts, AttributeTableRowsAreTheEnumInOrder)
+{
+  std::set<std::string_view> names;
+  for (std::size_t i = 0; i < asyncmr::attribute_table.size(); ++i) {
+    auto const& row = asyncmr::attribute_table[i];
+    EXPECT_EQ(static_cast<std::size_t>(row.attribute), i) << row.name;
+    EXPECT_TRUE(names.insert(row.name).second) << row.name << " is in the table twice";
+    EXPECT_EQ(&asyncmr::info(row.attribute), &row);
+    if (row.access == asyncmr::attribute_access::read_write) {
+      EXPECT_NE(row.kind, asyncmr::attribute_kind::integer) << row.name;
+    }
+  }
+  EXPECT_EQ(names.size(), 14u);
+}
 
 }  // namespace

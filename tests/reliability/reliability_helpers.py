@@ -18,9 +18,23 @@ import numpy as np
 
 import asyncmr
 from asyncmr import Location, MemPool
-# One GPU probe and one child-process runner for the whole test tree (tests/ is on sys.path
-# through tests/conftest.py); run_python and describe are used here as h.run_python, h.describe.
-from gpu_helpers import describe, gpu_count, run_python  # noqa: F401
+# What the whole test tree shares (tests/ is on sys.path through tests/conftest.py): the GPU
+# probe, the skip switch, the child-process runner and the state of the shared pools, used here
+# as h.gpu_count, h.require_module, h.run_python, h.shared_pools, ...
+from gpu_helpers import (  # noqa: F401
+    describe,
+    gpu_count,
+    not_applicable,
+    skip_or_fail,
+    require_module,
+    restore_process_state,
+    restore_settable,
+    run_python,
+    save_process_state,
+    settable,
+    shared_pool_rows,
+    shared_pools,
+)
 
 # ci/gpu.sh sets this under compute-sanitizer. memcheck holds freed stream-ordered blocks back
 # (to catch use after free), so pool counters do not return to their start there, and it shows
@@ -42,22 +56,6 @@ def sync() -> None:
     except ImportError:
         return
     cupy.cuda.runtime.deviceSynchronize()
-
-
-def cupy_allocator():
-    try:
-        import cupy
-    except ImportError:
-        return None
-    return cupy.cuda.get_allocator()
-
-
-def set_cupy_allocator(allocator) -> None:
-    if allocator is None:
-        return
-    import cupy
-
-    cupy.cuda.set_allocator(allocator)
 
 
 # ---- kernels ------------------------------------------------------------------------------
@@ -186,51 +184,9 @@ def make_resource(kind: str, pool="default", **kwargs):
 
 # ---- state of the process-wide pools ---------------------------------------------------
 
-# The shared pools a resource constructor, a control call or a careless caller could change.
-SHARED_POOLS = (
-    ("device@device(0)", Location.device(0), "device"),
-    ("managed@device(0)", Location.device(0), "managed"),
-    ("pinned@host", Location.host(), "pinned"),
-    ("managed@host", Location.host(), "managed"),
-)
-
-
-@functools.cache
-def _usable_shared_pools() -> tuple:
-    """The SHARED_POOLS rows whose state this machine can read (checked once); a row that
-    cannot be read is named in the figures instead of failing every test."""
-    usable = []
-    for name, loc, atype in SHARED_POOLS:
-        try:
-            pool_state(MemPool.default(loc, atype), loc, atype)
-        except asyncmr.AsyncMRError as e:
-            record(f"shared pool {name}", f"shared pool {name} not watched: {e}")
-            continue
-        usable.append((name, loc, atype))
-    return tuple(usable)
-
-
-def shared_pools() -> dict:
-    """name -> (default MemPool, location, allocation type), for the ones this machine has."""
-    return {name: (MemPool.default(loc, atype), loc, atype)
-            for name, loc, atype in _usable_shared_pools()}
-
-
 def is_counter(name: str) -> bool:
     """Usage counters and watermarks move with any allocation, legitimately."""
     return name.endswith("_current") or name.endswith("_high")
-
-
-def settable(pool) -> dict:
-    """The read-write attributes of ``pool``."""
-    return {row.name: getattr(pool.attributes, row.name)
-            for row in asyncmr.attribute_table if row.access == "read_write"}
-
-
-def restore_settable(pool, saved: dict) -> None:
-    for name, value in saved.items():
-        if getattr(pool.attributes, name) != value:
-            setattr(pool.attributes, name, value)
 
 
 def pool_state(pool, loc, atype) -> dict:
@@ -243,21 +199,6 @@ def pool_state(pool, loc, atype) -> dict:
 
 def shared_state(pools: dict) -> dict:
     return {name: pool_state(*entry) for name, entry in pools.items()}
-
-
-def save_process_state():
-    """Settable attributes and routing of every shared pool."""
-    saved = []
-    for name, (pool, loc, atype) in shared_pools().items():
-        saved.append((pool, loc, atype, settable(pool), MemPool.current(loc, atype)))
-    return saved
-
-
-def restore_process_state(saved) -> None:
-    for pool, loc, atype, values, current in saved:
-        if MemPool.current(loc, atype) != current:
-            current.make_current()
-        restore_settable(pool, values)
 
 
 class fresh_thresholds:
@@ -349,6 +290,8 @@ def count(key: str, n: int = 1) -> int:
 
 
 def figures() -> list[str]:
+    for name, why in shared_pool_rows()[1].items() if gpu_count()[0] else ():
+        record(f"shared pool {name}", f"shared pool {name} not watched: {why}")
     with _lock:
         lines = [_figures[k] for k in sorted(_figures)]
         lines += [f"{k}: {v}" for k, v in sorted(_counts.items())]

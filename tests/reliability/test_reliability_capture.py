@@ -75,11 +75,11 @@ class ControlCalls:
         self._add(f"{name}.set(used_mem_high=0)", lambda: setattr(attrs, "used_mem_high", 0))
         self._add(f"{name}.set(reserved_mem_high=0)",
                   lambda: setattr(attrs, "reserved_mem_high", 0))
-        self._add(f"{name}.reset_peak()", pool.reset_peak)
+        self._add(f"{name}.reset_peaks()", pool.reset_peak)
         self._add(f"{name}.as_dict()", attrs.as_dict)
         self._add(f"{name}.repr()", lambda: repr(attrs) and repr(pool))
-        self._add(f"{name}.trim(0)", lambda: pool.trim(0))
-        self._add(f"{name}.trim(1MiB)", lambda: pool.trim(h.MiB))
+        self._add(f"{name}.trim_to(0)", lambda: pool.trim_to(0))
+        self._add(f"{name}.trim_to(1MiB)", lambda: pool.trim_to(h.MiB))
         self._add(f"{name}.access(0)", lambda: pool.access(0))
         if is_host:
             # Only grants what the resources already granted: never revoke access to a shared

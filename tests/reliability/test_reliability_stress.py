@@ -253,7 +253,7 @@ class Stress:
         cupy.cuda.runtime.deviceSynchronize()
         baseline = {k: p.attributes.used_mem_current for k, p in pools.items()}
         for p in pools.values():
-            p.reset_peak()
+            p.reset_peaks()
         start = time.monotonic()
         deadline = start + cfg.seconds
         threads = [threading.Thread(target=self._worker, args=(tid, deadline),
@@ -338,7 +338,7 @@ def test_stress_one_resource(gpu, kernels, kind, pool):
 
 @pytest.mark.soak
 @pytest.mark.skipif(os.environ.get("ASYNCMR_SOAK") != "1",
-                    reason="soak run: set ASYNCMR_SOAK=1 (duration: ASYNCMR_STRESS_SECONDS)")
+                    reason="not applicable: soak run, set ASYNCMR_SOAK=1 (duration: ASYNCMR_STRESS_SECONDS)")
 def test_soak_every_resource_at_once(gpu, kernels):
     config = Config.from_env(soak=True)
     targets = [Target(f"{kind}-{pool}", h.make_resource(kind, pool), h.HOST_ACCESSIBLE[kind])
