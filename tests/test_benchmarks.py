@@ -347,7 +347,8 @@ def test_in_process_floor_reports_a_failed_call_and_the_pool_keeps_working(gpu):
     mr = asyncmr.AsyncDeviceMR(pool="new")
     stream = rmm.pylibrmm.stream.Stream()
     handle = int(stream.__cuda_stream__()[1])
-    with pytest.raises(RuntimeError, match="cudaMallocFromPoolAsync failed: cudaErrorMemoryAllocation"):
+    failed = "cudaMallocFromPoolAsync failed: cudaErrorMemoryAllocation"
+    with pytest.raises(RuntimeError, match=failed):
         lib.pairs(mr.pool_handle, handle, 1 << 60, 1)
     with pytest.raises(ValueError, match="positive"):
         lib.pairs(mr.pool_handle, handle, MiB, 0)

@@ -86,8 +86,11 @@ def _plot_sync(plt, res, meta):
         return None
     fig, axes = plt.subplots(1, len(sizes), figsize=(4 * len(sizes), 3.6), squeeze=False)
     for ax, s in zip(axes[0], sizes, strict=True):
-        zero = [median_of(res["results"].get(f"{b} threshold=0", {}).get(str(s))) or 0 for b in pairs]
-        mx = [median_of(res["results"].get(f"{b} threshold=max", {}).get(str(s))) or 0 for b in pairs]
+        def med(b, label, _s=s):
+            return median_of(res["results"].get(f"{b} threshold={label}", {}).get(str(_s))) or 0
+
+        zero = [med(b, "0") for b in pairs]
+        mx = [med(b, "max") for b in pairs]
         x = range(len(pairs))
         ax.bar([i - 0.2 for i in x], zero, width=0.4, label="threshold 0", color="tab:red")
         ax.bar([i + 0.2 for i in x], mx, width=0.4, label="threshold max", color="tab:green")

@@ -13,8 +13,8 @@ from __future__ import annotations
 import gc
 
 from ..common import (
-    ASYNCMR_ARRAY, CUPY_ARRAY, SECTION_TITLES, cell, err_text, fmt_ratio, fmt_size, median_of, print_table, ratio,
-    summarize,
+    ASYNCMR_ARRAY, CUPY_ARRAY, SECTION_TITLES, cell, err_text, fmt_ratio, fmt_size, median_of,
+    print_table, ratio, summarize,
 )
 from ..harness import Skip
 
