@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Print each target of an ``asyncmr bench`` results.json as PASS or FAIL.
+"""Recompute every benchmark target from the raw numbers in results.json files.
 
-A report, not a test: it always exits 0. Needs only the standard library, so it runs anywhere
-the JSON is (no GPU, no asyncmr).
+Never trusts the flags a file stores: each target is computed again from the medians and
+rounds of its section (``asyncmr_bench/targets.py``), and a target with a missing cell is
+reported as not met, naming the cell. Standard library only: it runs anywhere the JSON is
+(no GPU, no asyncmr).
 
-    python benchmarks/check_targets.py [benchmarks/results/results.json]
+    python benchmarks/check_targets.py [--strict] [-v] [RESULTS.json ...]
+
+With no file it checks every results.json under benchmarks/results/. Exit status: 0, or with
+--strict 1 when any target of a section that ran is not met; 2 when a file cannot be read.
 """
 
 from __future__ import annotations
@@ -15,59 +20,58 @@ import json
 import sys
 from pathlib import Path
 
-DEFAULT = Path(__file__).resolve().parent / "results" / "results.json"
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from asyncmr_bench.targets import compute_targets, print_targets, tally  # noqa: E402
+
+RESULTS = HERE / "results"
 
 
-def _fmt(value) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+def check(path: Path, verbose: bool) -> tuple:
+    """Prints the report of one file; returns (met, counted) or None when unreadable."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        print(f"check_targets: cannot read {path}: {e}")
+        return None
+    meta = doc.get("meta") or {}
+    versions = meta.get("versions") or {}
+    driver = meta.get("driver", meta.get("cuda_driver_api", "?"))
+    variant = meta.get("variant") or f"runtime {meta.get('cuda_runtime_asyncmr', '?')}"
+    print(f"{path}: {meta.get('gpu', '?')}, driver {driver}, asyncmr {variant}, "
+          f"{meta.get('date', '?')}; rmm {versions.get('rmm')}, cupy {versions.get('cupy')}, "
+          f"cuda-core {versions.get('cuda-core')}, quick={(doc.get('params') or {}).get('quick')}")
+    targets = compute_targets(doc)
+    print_targets(targets, verbose=verbose, stored=doc.get("targets"))
+    met, counted, _ = tally(targets)
+    return met, counted
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results", nargs="?", default=str(DEFAULT),
-                        help=f"results.json of a bench run (default: {DEFAULT})")
+    parser.add_argument("results", nargs="*",
+                        help="results.json files of bench runs (default: every results.json "
+                        f"under {RESULTS})")
     parser.add_argument("-v", "--verbose", action="store_true",
-                        help="also print each target's per-size detail")
+                        help="also print every cell of each target")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 1 when any target of a section that ran is not met")
     args = parser.parse_args(argv)
-
-    try:
-        doc = json.loads(Path(args.results).read_text())
-    except (OSError, ValueError) as e:
-        print(f"check_targets: cannot read {args.results}: {e}")
-        return 0
-
-    meta = doc.get("meta", {})
-    versions = meta.get("versions", {})
-    driver = meta.get("driver", meta.get("cuda_driver_api", "?"))
-    print(f"{args.results}: {meta.get('gpu', '?')}, driver {driver}, {meta.get('date', '?')}; "
-          f"rmm {versions.get('rmm')}, cupy {versions.get('cupy')}, "
-          f"cuda-core {versions.get('cuda-core')}, quick={doc.get('params', {}).get('quick')}")
-    targets = doc.get("targets") or []
-    if not targets:
-        print("no targets in this file (did the run finish?)")
-        return 0
-
-    width = max(len(t.get("name", "")) for t in targets)
-    met = 0
-    for t in targets:
-        ok = bool(t.get("met"))
-        met += ok
-        value = t.get("value")
-        status = "PASS" if ok else "FAIL"
-        name = t.get("name", "?")
-        line = f"{status}  {name:<{width}}  {_fmt(value):>8}  wanted {t.get('target')}"
-        if value is None:
-            line += f"  ({t.get('note', 'not measured')})"
-        print(line)
-        if args.verbose and isinstance(t.get("detail"), dict):
-            print("        " + ", ".join(f"{k}: {_fmt(v)}" for k, v in t["detail"].items()))
-    # Deliberately not "N passed, M failed": this is a report, and CI must not read it as tests.
-    print(f"targets met: {met} of {len(targets)}")
-    return 0
+    paths = [Path(p) for p in args.results] or sorted(RESULTS.rglob("results.json"))
+    if not paths:
+        print(f"check_targets: no results.json under {RESULTS}")
+        return 2
+    status = 0
+    for i, path in enumerate(paths):
+        if i:
+            print()
+        got = check(path, args.verbose)
+        if got is None:
+            status = 2
+        elif args.strict and got[0] < got[1] and status == 0:
+            status = 1
+    return status
 
 
 if __name__ == "__main__":

@@ -129,25 +129,6 @@ def test_failed_constructions_keep_the_type_alive():
     assert sys.getrefcount(AsyncManagedMR) == before
 
 
-@pytest.mark.parametrize("optimized", [False, True])
-def test_bench_refuses_a_floor_program_built_without_optimization(tmp_path, optimized):
-    """The floor program says how it was compiled; an -O0 floor must not be compared against."""
-    from asyncmr import _bench
-
-    floor = tmp_path / "pool_floor"
-    doc = '{"meta":{"optimized":%s},"floor":{},"via_ref":{}}' % str(optimized).lower()
-    floor.write_text(f"#!/bin/sh\necho '{doc}'\n")
-    floor.chmod(0o755)
-    parser = _bench._parser()
-    cfg = _bench._make_config(parser, parser.parse_args(["--floor-bin", str(floor)]))
-    result = _bench.run_floor(cfg)
-    if optimized:
-        assert "error" not in result and result["meta"]["optimized"] is True
-    else:
-        assert "built without optimization" in result["error"]
-        assert "CMAKE_BUILD_TYPE=Release" in result["error"]
-
-
 # ---- one source of truth: enums and the attribute table come from C++ ---------------------------
 
 def test_enums_are_the_cpp_enums():

@@ -331,23 +331,3 @@ def test_device_out_of_range(gpu):
         AsyncDeviceMR(64)
     with pytest.raises(ValueError, match="does not exist"):
         AsyncManagedMR(64)
-
-
-@pytest.mark.parametrize("kind", list(MAKERS))
-def test_benchmark_floor_hook(gpu, kind):
-    """The benchmark's in-process floor: the pool's used bytes come back, bad input is refused
-    and a closed pool is refused before any driver call."""
-    from asyncmr import _core
-
-    mr = MAKERS[kind](pool="new")
-    stream = rmm.pylibrmm.stream.Stream()
-    assert _core._raw_pool_pairs(mr.pool, MiB, stream, 100) > 0
-    stream.synchronize()
-    assert mr.attributes.used_mem_current == 0
-    with pytest.raises(ValueError, match="positive"):
-        _core._raw_pool_pairs(mr.pool, MiB, stream, 0)
-    with pytest.raises(TypeError, match="nbytes"):
-        _core._raw_pool_pairs(mr.pool, 1.5, stream, 1)
-    mr.pool.close()
-    with pytest.raises(asyncmr.PoolClosedError):
-        _core._raw_pool_pairs(mr.pool, MiB, stream, 1)

@@ -24,8 +24,9 @@
  * JSON object, {"error": ...}), 2 on bad arguments.
  */
 
+#include "raw_pool_pairs.hpp"
+
 #include <asyncmr/asyncmr.hpp>
-#include <asyncmr/detail/raw_pool_pairs.hpp>
 
 #include <rmm/aligned.hpp>
 #include <rmm/resource_ref.hpp>
@@ -49,14 +50,6 @@
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-
-// A floor measured from an unoptimized build says nothing about the library: the JSON says
-// which one this is, and the Python benchmark refuses to compare against an -O0 build.
-#ifdef __OPTIMIZE__
-constexpr bool built_optimized = true;
-#else
-constexpr bool built_optimized = false;
-#endif
 
 struct params {
   int pairs{2000};   // alloc+free pairs per timed round
@@ -128,8 +121,9 @@ std::string cuda_failure(char const* call, cudaError_t e)
 /// Microseconds per pair of cudaMallocFromPoolAsync + cudaFreeAsync; throws on a CUDA error.
 double floor_round(cudaMemPool_t pool, std::size_t bytes, cudaStream_t stream, int pairs)
 {
-  return static_cast<double>(asyncmr::detail::raw_pool_pairs(pool, stream, bytes, pairs)) / 1e3 /
-         pairs;
+  auto const r = asyncmr_bench::raw_pool_pairs(pool, stream, bytes, pairs);
+  if (r.error != cudaSuccess) { throw std::runtime_error{cuda_failure(r.failed_call, r.error)}; }
+  return static_cast<double>(r.elapsed_ns) / 1e3 / pairs;
 }
 
 /// The same through RMM's type-erased reference (virtual dispatch into the asyncmr resource).
@@ -255,7 +249,7 @@ std::string to_json(report const& r)
   os.precision(6);
   os << "{\"meta\":{\"gpu\":\"" << json_escape(r.gpu) << "\",\"driver\":" << r.versions.driver
      << ",\"runtime\":" << r.versions.runtime << ",\"clock\":\"steady_clock\""
-     << ",\"optimized\":" << (built_optimized ? "true" : "false") << "}";
+     << ",\"optimized\":" << (asyncmr_bench::built_optimized ? "true" : "false") << "}";
   os << ",\"params\":{\"pairs\":" << r.p.pairs << ",\"rounds\":" << r.p.rounds
      << ",\"warmup\":" << r.p.warmup << ",\"stream\":\"one non-blocking stream\"}";
   os << ",\"resources\":{";

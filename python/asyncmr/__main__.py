@@ -1,11 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``python -m asyncmr demo`` and ``python -m asyncmr bench``."""
+"""``python -m asyncmr demo`` and ``python -m asyncmr bench``.
+
+The benchmark is not part of this package: ``bench`` finds it in a source checkout
+(``benchmarks/asyncmr_bench``) and runs it, or says how to.
+"""
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
+from pathlib import Path
 
 
 def _read_scalar(cupy, array) -> float:
@@ -91,19 +97,45 @@ def _demo(args) -> int:
     return 1 if failed else 0
 
 
+def _find_benchmarks() -> tuple[Path | None, list[Path]]:
+    """(the checkout's benchmarks/ folder or None, the places looked at): $ASYNCMR_BENCHMARKS
+    (that folder, or a checkout holding it), else ./benchmarks."""
+    env = os.environ.get("ASYNCMR_BENCHMARKS")
+    places = [Path(env), Path(env) / "benchmarks"] if env else [Path.cwd() / "benchmarks"]
+    for place in places:
+        if (place / "asyncmr_bench" / "__main__.py").is_file():
+            return place, places
+    return None, places
+
+
+def _bench(rest: list[str]) -> int:
+    where, looked = _find_benchmarks()
+    if where is None:
+        print("asyncmr bench: the benchmark is not part of the installed asyncmr package; it "
+              "lives in benchmarks/ of the asyncmr source checkout (looked at: "
+              f"{', '.join(str(p) for p in looked)}). Run it from the checkout's root:\n"
+              "    cd /path/to/asyncmr && python -m asyncmr bench --quick --out OUT\n"
+              "or set ASYNCMR_BENCHMARKS=/path/to/asyncmr/benchmarks, or run\n"
+              "    PYTHONPATH=/path/to/asyncmr/benchmarks python -m asyncmr_bench --help",
+              file=sys.stderr)
+        return 1
+    sys.path.insert(0, str(where.resolve()))
+    from asyncmr_bench.__main__ import main as bench_main
+
+    return bench_main(rest)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m asyncmr")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run a small CuPy pipeline on each resource")
     demo.add_argument("--elements", type=int, default=1 << 22)
-    sub.add_parser("bench", help="benchmarks against RMM, cuda.core and CuPy (GPU)",
-                   add_help=False)
+    sub.add_parser("bench", help="the benchmark, from a source checkout (GPU; "
+                   "see benchmarks/README.md)", add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command == "demo":
         return _demo(args)
-    from asyncmr._bench import main as bench_main
-
-    return bench_main(rest)
+    return _bench(rest)
 
 
 if __name__ == "__main__":

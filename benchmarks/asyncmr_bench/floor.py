@@ -1,0 +1,169 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The raw floor: two driver calls (``cudaMallocFromPoolAsync`` + ``cudaFreeAsync``) and
+nothing else, from the benchmark's own C++ targets (``benchmarks/cpp``):
+
+- ``pool_floor``, a program: the floor and the same pools through
+  ``rmm::device_async_resource_ref``, in alternating rounds, as one JSON object;
+- ``libasyncmr_floor.so``, a library loaded here with ctypes: the floor in this process, timed
+  by section 1 in the same interleaved rounds as the Python resources.
+
+Both refuse to be compared against when built without optimization.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from .common import err_text
+
+BUILD_DIR = Path("build/cpp/benchmarks/cpp")
+FLOOR_BIN = "pool_floor"
+FLOOR_LIB = "libasyncmr_floor.so"
+# benchmarks/asyncmr_bench/floor.py -> the checkout's root is two levels up.
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+NOT_OPTIMIZED = ("was built without optimization; configure it with -DCMAKE_BUILD_TYPE=Release "
+                 "(the default when none is given) and rebuild")
+BUILD_HINT = ("build it with: cmake -S . -B build/cpp -DASYNCMR_BUILD_PYTHON=OFF "
+              "-DASYNCMR_BUILD_BENCHMARKS=ON ... && cmake --build build/cpp")
+
+
+def _default_places(name: str) -> list:
+    return [Path.cwd() / BUILD_DIR / name, CHECKOUT / BUILD_DIR / name]
+
+
+def find_floor_bin(cfg):
+    """(the pool_floor program or None, the places looked at)."""
+    if cfg.floor_bin:
+        candidates = [Path(cfg.floor_bin)]
+    elif os.environ.get("ASYNCMR_FLOOR_BIN"):
+        candidates = [Path(os.environ["ASYNCMR_FLOOR_BIN"])]
+    else:
+        candidates = _default_places(FLOOR_BIN)
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return c, candidates
+    return None, candidates
+
+
+def find_floor_lib(cfg):
+    """(libasyncmr_floor.so or None, the places looked at): --floor-lib, $ASYNCMR_FLOOR_LIB,
+    else next to the pool_floor program (so --floor-bin alone finds both), else the default
+    build folder under the working directory and the checkout."""
+    if getattr(cfg, "floor_lib", None):
+        candidates = [Path(cfg.floor_lib)]
+    elif os.environ.get("ASYNCMR_FLOOR_LIB"):
+        candidates = [Path(os.environ["ASYNCMR_FLOOR_LIB"])]
+    else:
+        candidates = []
+        floor_bin, _ = find_floor_bin(cfg)
+        if floor_bin is not None:
+            candidates.append(floor_bin.parent / FLOOR_LIB)
+        elif cfg.floor_bin:
+            candidates.append(Path(cfg.floor_bin).parent / FLOOR_LIB)
+        candidates += [p for p in _default_places(FLOOR_LIB) if p not in candidates]
+    for c in candidates:
+        if c.is_file():
+            return c, candidates
+    return None, candidates
+
+
+def run_floor(cfg) -> dict:
+    """Runs the C++ floor program and returns its JSON (or why there is none)."""
+    if cfg.no_floor:
+        return {"skipped": "--no-floor"}
+    path, looked = find_floor_bin(cfg)
+    if path is None:
+        return {"skipped": "no pool_floor program (looked at: " +
+                ", ".join(str(p) for p in looked) + f"); {BUILD_HINT}, or pass --floor-bin PATH"}
+    cmd = [str(path), "--sizes", ",".join(str(s) for s in cfg.sizes)]
+    if cfg.quick:
+        cmd.append("--quick")
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        return {"error": err_text(e), "command": cmd}
+    parsed = None
+    for line in reversed(proc.stdout.strip().splitlines()):
+        try:
+            parsed = json.loads(line)
+            break
+        except json.JSONDecodeError:
+            continue
+    if proc.returncode != 0 or not isinstance(parsed, dict) or "floor" not in parsed:
+        return {"error": f"pool_floor exited {proc.returncode}: " +
+                (proc.stderr.strip()[-2000:] or proc.stdout.strip()[-2000:]),
+                "command": cmd, "output": parsed}
+    parsed["command"] = cmd
+    if parsed.get("meta", {}).get("optimized") is False:
+        # An -O0 floor program times the compiler, not the library: no ratio is drawn from it.
+        return {"error": f"{path} {NOT_OPTIMIZED}", "command": cmd, "output": parsed}
+    return parsed
+
+
+class FloorLibrary:
+    """``libasyncmr_floor.so`` through ctypes.
+
+    Its loop runs with the GIL released (ctypes releases it around every foreign call) and
+    times itself with the steady clock, so Python adds nothing to the number.
+    """
+
+    def __init__(self, path, device: int = 0):
+        self.path = Path(path)
+        self.device = device
+        lib = ctypes.CDLL(str(self.path))
+        lib.asyncmr_floor_pairs.argtypes = [
+            ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64,
+            ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_char_p)]
+        lib.asyncmr_floor_pairs.restype = ctypes.c_int
+        lib.asyncmr_floor_optimized.argtypes = []
+        lib.asyncmr_floor_optimized.restype = ctypes.c_int
+        lib.asyncmr_floor_error_name.argtypes = [ctypes.c_int]
+        lib.asyncmr_floor_error_name.restype = ctypes.c_char_p
+        self._lib = lib
+
+    @property
+    def optimized(self) -> bool:
+        return bool(self._lib.asyncmr_floor_optimized())
+
+    def pairs(self, pool_handle: int, stream_handle: int, nbytes: int, pairs: int) -> int:
+        """Nanoseconds of ``pairs`` alloc+free pairs of ``nbytes`` bytes on the pool and stream
+        (both as integer handles); RuntimeError naming the failed call and CUDA error."""
+        if not isinstance(nbytes, int) or nbytes < 0:
+            raise ValueError(f"nbytes must be a non-negative int, got {nbytes!r}")
+        if not isinstance(pairs, int) or pairs <= 0:
+            raise ValueError(f"pairs must be a positive int, got {pairs!r}")
+        if not pool_handle:
+            raise ValueError("pool handle is 0")
+        elapsed = ctypes.c_int64(0)
+        call = ctypes.c_char_p()
+        err = self._lib.asyncmr_floor_pairs(self.device, pool_handle, stream_handle or None,
+                                            nbytes, pairs, ctypes.byref(elapsed),
+                                            ctypes.byref(call))
+        if err != 0:
+            name = self._lib.asyncmr_floor_error_name(err) or b"?"
+            what = call.value.decode() if call.value else "asyncmr_floor_pairs"
+            raise RuntimeError(f"{what} failed: {name.decode()} ({err}) [{self.path.name}]")
+        return elapsed.value
+
+
+def load_floor_library(cfg):
+    """(FloorLibrary, None) or (None, {"skipped"|"error": why}) for the in-process floor."""
+    if cfg.no_floor:
+        return None, {"skipped": "--no-floor"}
+    path, looked = find_floor_lib(cfg)
+    if path is None:
+        return None, {"skipped": f"no {FLOOR_LIB} (looked at: " +
+                      ", ".join(str(p) for p in looked) + f"); {BUILD_HINT}, or pass "
+                      "--floor-lib PATH"}
+    try:
+        lib = FloorLibrary(path)
+    except OSError as e:
+        return None, {"error": f"cannot load {path}: {err_text(e)}"}
+    if not lib.optimized:
+        return None, {"error": f"{path} {NOT_OPTIMIZED}", "library": str(path)}
+    return lib, None

@@ -1,0 +1,422 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The benchmark (``benchmarks/``, not part of the package): its refusal of unoptimized
+floors, the target policy (recomputed from raw numbers, missing cells never dropped), its exit
+status, its entry point, and the in-process floor library on a GPU."""
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+RESULTS = BENCHMARKS / "results"
+COMMITTED = sorted(RESULTS.rglob("results.json"))
+sys.path.insert(0, str(BENCHMARKS))
+
+from asyncmr_bench import floor, harness, targets  # noqa: E402
+from asyncmr_bench.__main__ import execute, make_config, parser  # noqa: E402
+from asyncmr_bench.common import APR, SECTION_KEYS, floor_of  # noqa: E402
+from asyncmr_bench.sections import Section  # noqa: E402
+
+MiB = 1 << 20
+FULL_RUN = RESULTS / "cu13" / "results.json"  # the committed full run (13 of 17 targets met)
+QUICK_RUN = RESULTS / "cu13" / "quick-x2" / "results.json"  # 16 of 17
+
+
+def config(*args):
+    p = parser()
+    return make_config(p, p.parse_args(list(args)))
+
+
+def load(path=FULL_RUN) -> dict:
+    return json.loads(path.read_text())
+
+
+def by_name(ts, fragment):
+    hits = [t for t in ts if fragment in t["name"]]
+    assert len(hits) == 1, [t["name"] for t in ts]
+    return hits[0]
+
+
+def run_module(*args, cwd, env=None):
+    return subprocess.run([sys.executable, "-m", "asyncmr", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+# ---- the floor refuses unoptimized builds ----------------------------------------------------
+
+
+@pytest.mark.parametrize("optimized", [False, True])
+def test_floor_program_built_without_optimization_is_refused(tmp_path, optimized):
+    """The floor program says how it was compiled; an -O0 floor must not be compared against."""
+    program = tmp_path / "pool_floor"
+    doc = '{"meta":{"optimized":%s},"floor":{},"via_ref":{}}' % str(optimized).lower()
+    program.write_text(f"#!/bin/sh\necho '{doc}'\n")
+    program.chmod(0o755)
+    result = floor.run_floor(config("--floor-bin", str(program)))
+    if optimized:
+        assert "error" not in result and result["meta"]["optimized"] is True
+    else:
+        assert "built without optimization" in result["error"]
+        assert "CMAKE_BUILD_TYPE=Release" in result["error"]
+
+
+@pytest.mark.parametrize("optimized", [0, 1])
+def test_floor_library_built_without_optimization_is_refused(tmp_path, optimized):
+    """The in-process floor library answers asyncmr_floor_optimized(); 0 is refused before
+    any timing. (A stand-in library with the same C interface: no CUDA call is made.)"""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler (cc/gcc) to build the stand-in library")
+    src = tmp_path / "stand_in.c"
+    src.write_text(f"int asyncmr_floor_optimized(void) {{ return {optimized}; }}\n"
+                   "int asyncmr_floor_pairs(void) { return 1; }\n"
+                   "const char* asyncmr_floor_error_name(int e) { (void)e; return \"x\"; }\n")
+    lib = tmp_path / "libasyncmr_floor.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    loaded, why_not = floor.load_floor_library(config("--floor-lib", str(lib)))
+    if optimized:
+        assert why_not is None and loaded.optimized
+    else:
+        assert loaded is None
+        assert "built without optimization" in why_not["error"]
+
+
+def test_floor_library_missing_says_how_to_build_it(tmp_path):
+    loaded, why_not = floor.load_floor_library(
+        config("--floor-lib", str(tmp_path / "libasyncmr_floor.so")))
+    assert loaded is None
+    assert "ASYNCMR_BUILD_BENCHMARKS=ON" in why_not["skipped"]
+
+
+def test_floor_library_is_found_next_to_the_floor_program(tmp_path):
+    """ci/gpu.sh passes --floor-bin only: the library beside it must be found."""
+    program = tmp_path / "pool_floor"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    (tmp_path / "libasyncmr_floor.so").write_bytes(b"")
+    path, _ = floor.find_floor_lib(config("--floor-bin", str(program)))
+    assert path == tmp_path / "libasyncmr_floor.so"
+
+
+# ---- targets: recomputed from the raw numbers --------------------------------------------------
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: str(p.relative_to(RESULTS)))
+def test_recomputed_targets_agree_with_the_committed_runs(path):
+    """On the committed results, recomputing every target from the raw numbers gives the flags
+    those runs stored (each was computed at run time by the code before the move)."""
+    doc = load(path)
+    stored = {t["name"]: t["met"] for t in doc["targets"]}
+    recomputed = {t["name"]: t for t in targets.compute_targets(doc)}
+    assert stored, "a committed results.json without targets"
+    for name, met in stored.items():
+        assert recomputed[name]["met"] == met, name
+        assert recomputed[name]["status"] != targets.NOT_RUN
+
+
+def test_stored_flags_and_ratios_are_not_read():
+    doc = load()
+    tampered = copy.deepcopy(doc)
+    for t in tampered["targets"]:
+        t["met"], t["value"] = True, 1.0
+    for sec in tampered["sections"].values():
+        sec["ratios"] = {}
+    assert ([t["met"] for t in targets.compute_targets(tampered)] ==
+            [t["met"] for t in targets.compute_targets(doc)])
+
+
+def test_a_raw_number_changes_the_verdict():
+    doc = load()
+    name = "AsyncPinnedMR alloc+free from Python <= 1.3x the raw pinned floor"
+    assert by_name(targets.compute_targets(doc), name)["met"]
+    entry = doc["sections"][SECTION_KEYS[1]]["results"][APR]["4096"]
+    entry["median_us"] *= 10
+    t = by_name(targets.compute_targets(doc), name)
+    assert not t["met"] and t["value"] > 10 and t["cells"]["4 KiB"] == t["value"]
+
+
+# ---- targets: a missing cell is a miss, never dropped -----------------------------------------
+
+
+def test_a_missing_size_fails_the_target_and_is_named():
+    doc = load()
+    del doc["sections"][SECTION_KEYS[1]]["results"][floor_of(APR)]["4096"]
+    t = by_name(targets.compute_targets(doc), "raw pinned floor")
+    assert t["status"] == targets.NOT_MET and not t["met"]
+    assert t["missing"] == ["4 KiB"]
+    assert t["value"] is not None  # the worst of the cells that are there, still reported
+    assert "4 KiB" in t["note"]
+
+
+def test_a_missing_pool_of_the_cpp_program_fails_its_target():
+    doc = load()
+    del doc["sections"][SECTION_KEYS[1]]["cpp"]["via_ref_over_floor"]["pinned_owned_host"]
+    t = by_name(targets.compute_targets(doc), "device_async_resource_ref")
+    assert not t["met"]
+    assert sorted(t["missing"]) == sorted(
+        f"pinned_owned_host@{s}" for s in ("256 B", "4 KiB", "1 MiB", "64 MiB"))
+
+
+def test_a_missing_kind_of_the_random_workload_fails_both_its_targets():
+    doc = load(QUICK_RUN)
+    del doc["sections"][SECTION_KEYS[4]]["results"]["pinned"]
+    ts = [t for t in targets.compute_targets(doc) if "[pinned]" in t["name"]]
+    assert len(ts) == 2 and not any(t["met"] for t in ts)
+
+
+def test_skipped_failed_and_unfinished_sections_fail_their_targets():
+    doc = load()
+    doc["params"]["sections"] = list(range(1, 11))
+    doc["sections"][SECTION_KEYS[7]] = {"skipped": "this asyncmr has no release_gil"}
+    doc["sections"][SECTION_KEYS[9]] = {"error": "RuntimeError: boom", "traceback": "..."}
+    del doc["sections"][SECTION_KEYS[5]]
+    ts = targets.compute_targets(doc)
+    gil = [t for t in ts if t["section"] == 7]
+    assert len(gil) == 3
+    assert all(t["status"] == targets.NOT_MET for t in gil)
+    assert all("skipped: this asyncmr has no release_gil" in t["note"] for t in gil)
+    assert "failed: RuntimeError: boom" in by_name(ts, "pinned_empty")["note"]
+    assert "did not finish" in by_name(ts, "H2D bandwidth")["note"]
+    assert targets.tally(ts) == (11, 21, 0)
+
+
+def test_targets_of_sections_not_asked_for_are_not_counted():
+    doc = load()
+    ts = targets.compute_targets(doc)  # a run of sections 1-6
+    not_run = [t for t in ts if t["status"] == targets.NOT_RUN]
+    assert {t["section"] for t in not_run} == {7, 9}
+    assert targets.tally(ts) == (13, 17, 4)
+
+
+# ---- check_targets.py ----------------------------------------------------------------------
+
+
+def check_targets(*args):
+    return subprocess.run([sys.executable, str(BENCHMARKS / "check_targets.py"), *args],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_check_targets_reads_every_committed_run():
+    out = check_targets()
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("targets met: ") == len(COMMITTED) >= 2
+    assert "targets met: 13 of 17" in out.stdout
+
+
+def test_check_targets_strict_fails_on_a_miss_and_passes_when_all_are_met(tmp_path):
+    assert check_targets("--strict", str(FULL_RUN)).returncode == 1
+    doc = load(QUICK_RUN)  # 16 of 17: staging is the miss
+    staging = doc["sections"][SECTION_KEYS[5]]["staging"]
+    staging["rmm PinnedHostMemoryResource"]["median_s"] *= 10
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(doc))
+    out = check_targets("--strict", str(path))
+    assert out.returncode == 0, out.stdout
+    assert "targets met: 17 of 17" in out.stdout
+
+
+def test_check_targets_names_a_missing_cell(tmp_path):
+    doc = load()
+    del doc["sections"][SECTION_KEYS[1]]["results"][floor_of(APR)]["4096"]
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(doc))
+    out = check_targets("--strict", str(path))
+    assert out.returncode == 1
+    line = next(x for x in out.stdout.splitlines() if "raw pinned floor" in x)
+    assert line.startswith("FAIL") and "missing 4 KiB" in line
+    assert "stored flag said met" in out.stdout
+
+
+def test_check_targets_unreadable_file(tmp_path):
+    out = check_targets(str(tmp_path / "absent.json"))
+    assert out.returncode == 2 and "cannot read" in out.stdout
+
+
+# ---- the run's exit status -------------------------------------------------------------------
+
+
+def _section(num, fn):
+    return Section(SECTION_KEYS[num], f"section {num}", fn, lambda res: None)
+
+
+def _boom(cfg, ctx):
+    raise RuntimeError("boom")
+
+
+def _skip(cfg, ctx):
+    raise harness.Skip("pylibcudf is not installed")
+
+
+def test_a_section_that_raises_makes_the_run_fail_and_keeps_the_others(tmp_path):
+    cfg = config("--sections", "1,2,10", "--out", str(tmp_path))
+    registry = {1: _section(1, lambda cfg, ctx: {"sizes": [], "results": {}}),
+                2: _section(2, _boom), 10: _section(10, _skip)}
+    doc, status = execute(cfg, None, registry, meta={})
+    assert status == 3
+    written = json.loads((tmp_path / "results.json").read_text())
+    assert written["failed_sections"] == [2]
+    assert "RuntimeError: boom" in written["sections"][SECTION_KEYS[2]]["error"]
+    assert "Traceback" in written["sections"][SECTION_KEYS[2]]["traceback"]
+    assert written["sections"][SECTION_KEYS[10]]["skipped"] == "pylibcudf is not installed"
+    assert "results" in written["sections"][SECTION_KEYS[1]]
+
+
+def test_a_skipped_section_is_not_a_failure(tmp_path):
+    cfg = config("--sections", "10", "--out", str(tmp_path))
+    _, status = execute(cfg, None, {10: _section(10, _skip)}, meta={})
+    assert status == 0
+
+
+# ---- the entry point ---------------------------------------------------------------------------
+
+
+def test_bench_help_from_the_checkout():
+    out = run_module("bench", "--help", cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "--floor-bin" in out.stdout and "--floor-lib" in out.stdout
+
+
+def test_bench_outside_a_checkout_says_how_to_run_it(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "ASYNCMR_BENCHMARKS"}
+    out = run_module("bench", "--quick", cwd=tmp_path, env=env)
+    assert out.returncode == 1
+    assert "not part of the installed asyncmr package" in out.stderr
+    assert "python -m asyncmr bench" in out.stderr and "ASYNCMR_BENCHMARKS" in out.stderr
+    env["ASYNCMR_BENCHMARKS"] = str(BENCHMARKS)
+    assert run_module("bench", "--help", cwd=tmp_path, env=env).returncode == 0
+
+
+def test_the_package_carries_no_benchmark(tmp_path):
+    import asyncmr
+
+    package = Path(asyncmr.__file__).parent
+    assert not list(package.glob("*bench*")), "benchmark code in the asyncmr package"
+
+
+def test_bench_without_a_gpu_fails_cleanly(no_gpu, tmp_path):
+    out = run_module("bench", "--quick", "--out", str(tmp_path / "out"), cwd=ROOT)
+    assert out.returncode == 1
+    assert "no usable CUDA GPU, nothing measured" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "out").exists()
+
+
+# ---- on a GPU: the in-process floor library ------------------------------------------------------
+
+
+def floor_library():
+    """The built libasyncmr_floor.so, or a skip that says how to build it."""
+    path, looked = floor.find_floor_lib(config())
+    if path is None:
+        pytest.skip("the benchmark's floor library is not built (looked at: " +
+                    ", ".join(str(p) for p in looked) + "); " + floor.BUILD_HINT)
+    return floor.FloorLibrary(path)
+
+
+@pytest.mark.parametrize("kind", ["device", "pinned", "managed"])
+def test_in_process_floor_allocates_from_the_pool_it_is_given(gpu, kind):
+    """The ctypes floor runs the two driver calls on asyncmr's pool and an RMM stream (handles
+    from other runtimes): the pool grew, nothing stays allocated, the library is optimized."""
+    import asyncmr
+    import rmm
+
+    lib = floor_library()
+    assert lib.optimized
+    mr = {"device": asyncmr.AsyncDeviceMR, "pinned": asyncmr.AsyncPinnedMR,
+          "managed": asyncmr.AsyncManagedMR}[kind](pool="new")
+    stream = rmm.pylibrmm.stream.Stream()
+    handle = int(stream.__cuda_stream__()[1])
+    assert lib.pairs(mr.pool_handle, handle, MiB, 100) > 0
+    stream.synchronize()
+    assert mr.attributes.used_mem_current == 0
+    assert mr.attributes.reserved_mem_high >= MiB
+
+
+def test_in_process_floor_reports_a_failed_call_and_the_pool_keeps_working(gpu):
+    import asyncmr
+    import rmm
+
+    lib = floor_library()
+    mr = asyncmr.AsyncDeviceMR(pool="new")
+    stream = rmm.pylibrmm.stream.Stream()
+    handle = int(stream.__cuda_stream__()[1])
+    failed = "cudaMallocFromPoolAsync failed: cudaErrorMemoryAllocation"
+    with pytest.raises(RuntimeError, match=failed):
+        lib.pairs(mr.pool_handle, handle, 1 << 60, 1)
+    with pytest.raises(ValueError, match="positive"):
+        lib.pairs(mr.pool_handle, handle, MiB, 0)
+    assert lib.pairs(mr.pool_handle, handle, MiB, 10) > 0
+    stream.synchronize()
+    assert mr.attributes.used_mem_current == 0
+
+
+# ---- the new sections' targets, from results shaped as the sections write them ---------------
+
+
+def _summary(values, unit):
+    from asyncmr_bench.common import summarize
+
+    return summarize(values, unit)
+
+
+def _gil_and_arrays_doc(stall_ms, auto_rate, rmm_rate, auto_us, never_us, h2d, d2h):
+    from asyncmr_bench.common import (
+        ADR, APR_NEW, ASYNCMR_ARRAY, CUPY_ARRAY, RMM_ASYNC, RMM_PINNED, with_release_gil)
+
+    auto, never = with_release_gil(APR_NEW, "auto"), with_release_gil(APR_NEW, "never")
+    runs = [{"alloc_ms": 850.0, "longest_gap_ms": g, "idle_longest_gap_ms": 0.6, "ticks": 9}
+            for g in stall_ms]
+    stall = {name: {"longest_gap": _summary([r["longest_gap_ms"] for r in runs], "ms"),
+                    "alloc": _summary([850.0], "ms"), "idle_longest_gap_ms": 0.6, "runs": runs}
+             for name in (auto, never)}
+    stall[RMM_PINNED] = {"error": "RuntimeError: not measured here", "runs": []}
+    threads = {with_release_gil(ADR, "auto"): {"1": _summary([auto_rate / 8], "pairs_per_s"),
+                                                 "8": _summary([auto_rate], "pairs_per_s")},
+               RMM_ASYNC: {"1": _summary([rmm_rate], "pairs_per_s"),
+                           "8": _summary([rmm_rate], "pairs_per_s")}}
+    pair = {kind: {"resource": kind, "pairs_per_round": 100,
+                   "auto": _summary(auto_us, "us"), "never": _summary(never_us, "us"),
+                   "rounds_us": {"auto": auto_us, "never": never_us}}
+            for kind in ("device", "pinned", "managed")}
+    arrays = {ASYNCMR_ARRAY: {"H2D": _summary([h2d], "GBps"), "D2H": _summary([d2h], "GBps")},
+              CUPY_ARRAY: {"H2D": _summary([50.0], "GBps"), "D2H": _summary([50.0], "GBps")}}
+    return {"params": {"sections": [7, 9]}, "sections": {
+        SECTION_KEYS[7]: {"stall": {"bytes": 2 << 30, "results": stall},
+                          "threads": {"thread_counts": [1, 8], "size": 4096, "results": threads},
+                          "pair_cost": {"size": 4096, "results": pair}},
+        SECTION_KEYS[9]: {"bytes": 256 * MiB, "results": arrays, "data_checked": {}}}}
+
+
+def test_gil_and_pinned_array_targets_from_raw_numbers(capsys):
+    from asyncmr_bench.sections import REGISTRY
+
+    doc = _gil_and_arrays_doc(stall_ms=[1.0, 2.0, 30.0], auto_rate=5e6, rmm_rate=0.5e6,
+                              auto_us=[1.0, 1.2, 1.0], never_us=[1.0, 1.0, 1.0],
+                              h2d=49.0, d2h=40.0)
+    ts = [t for t in targets.compute_targets(doc) if t["status"] != targets.NOT_RUN]
+    stall, threads, pair, arrays = ts
+    assert stall["value"] == 2.0 and stall["met"]  # the median growth, not the worst one
+    assert threads["value"] == pytest.approx(10.0) and threads["met"]
+    # The median of per-round ratios (1.0, 1.2, 1.0), not the ratio of medians.
+    assert pair["cells"] == {"device": 1.0, "pinned": 1.0, "managed": 1.0} and pair["met"]
+    assert arrays["cells"] == {"H2D": pytest.approx(0.98), "D2H": pytest.approx(0.8)}
+    assert arrays["value"] == pytest.approx(0.8) and not arrays["met"]
+    for num in (7, 9):  # the section's own tables print what it wrote
+        REGISTRY[num].show(doc["sections"][SECTION_KEYS[num]])
+    printed = capsys.readouterr().out
+    assert "longest ticker gap" in printed and "H2D" in printed
+
+
+def test_gil_targets_miss_when_a_pool_kind_is_missing():
+    doc = _gil_and_arrays_doc(stall_ms=[1.0], auto_rate=5e6, rmm_rate=0.5e6, auto_us=[1.0],
+                              never_us=[1.0], h2d=50.0, d2h=50.0)
+    del doc["sections"][SECTION_KEYS[7]]["pair_cost"]["results"]["managed"]
+    pair = by_name(targets.compute_targets(doc), "auto' / 'never'")
+    assert not pair["met"] and pair["missing"] == ["managed"]
