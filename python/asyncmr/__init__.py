@@ -28,6 +28,18 @@ from asyncmr._core import (
 )
 from asyncmr._attributes import TABLE as attribute_table
 
+# Pinned NumPy arrays (issue 10). The CuPy and Dask doors are submodules that import their
+# library: `import asyncmr.cupy`, `import asyncmr.dask`.
+from asyncmr.pinned import (
+    PinnedBlock,
+    pinned_empty,
+    pinned_empty_like,
+    pinned_full,
+    pinned_full_like,
+    pinned_zeros,
+    pinned_zeros_like,
+)
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -41,11 +53,18 @@ __all__ = [
     "MemPool",
     "NoDeviceError",
     "PeakTracker",
+    "PinnedBlock",
     "PoolAttributes",
     "PoolClosedError",
     "UnsupportedError",
     "attribute_table",
     "device_count",
     "driver_version",
+    "pinned_empty",
+    "pinned_empty_like",
+    "pinned_full",
+    "pinned_full_like",
+    "pinned_zeros",
+    "pinned_zeros_like",
     "runtime_version",
 ]
