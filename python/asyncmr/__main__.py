@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``python -m asyncmr demo`` and ``python -m asyncmr bench``."""
+"""``python -m asyncmr demo``, ``python -m asyncmr bench`` and ``python -m asyncmr info``."""
 
 from __future__ import annotations
 
@@ -98,9 +98,16 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--elements", type=int, default=1 << 22)
     sub.add_parser("bench", help="benchmarks against RMM, cuda.core and CuPy (GPU)",
                    add_help=False)
+    # info parses its own arguments (--json), like bench.
+    sub.add_parser("info", help="devices, supported pool kinds/locations, live pool state",
+                   add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command == "demo":
         return _demo(args)
+    if args.command == "info":
+        from asyncmr._info import main as info_main
+
+        return info_main(rest)
     from asyncmr._bench import main as bench_main
 
     return bench_main(rest)
