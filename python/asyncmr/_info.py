@@ -176,7 +176,7 @@ def render(info: dict) -> str:
     keys = list(dict.fromkeys((e["kind"], e["location"]) for e in info["support"]))
     out += ["", "Supported by this build on this driver (pool choice)"]
     out += _table(("kind", "location", *CHOICES),
-                  [(k, l, *(cell(by_key[(k, l, c)]) for c in CHOICES)) for k, l in keys])
+                  [(k, loc, *(cell(by_key[(k, loc, c)]) for c in CHOICES)) for k, loc in keys])
     out += [f"  [{i}] {r}" for i, r in enumerate(reasons, 1)]
     out += [f"  ({info['note']})", "", "Default and current pools, live (bytes)"]
     out += _table(
