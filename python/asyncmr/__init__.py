@@ -37,6 +37,18 @@ from asyncmr._core import (
 from asyncmr._attributes import TABLE as attribute_table
 from asyncmr._attributes import AttributeInfo, PeakTracker, PoolAttributes
 
+# Pinned NumPy arrays (issue 10). The CuPy and Dask doors are submodules that import their
+# library: `import asyncmr.cupy`, `import asyncmr.dask`.
+from asyncmr.pinned import (
+    PinnedBlock,
+    pinned_empty,
+    pinned_empty_like,
+    pinned_full,
+    pinned_full_like,
+    pinned_zeros,
+    pinned_zeros_like,
+)
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -53,6 +65,7 @@ __all__ = [
     "MemPool",
     "NoDeviceError",
     "PeakTracker",
+    "PinnedBlock",
     "PoolAttributes",
     "PoolClosedError",
     "PoolPath",
@@ -62,6 +75,12 @@ __all__ = [
     "device_count",
     "driver_version",
     "failed_deallocations",
+    "pinned_empty",
+    "pinned_empty_like",
+    "pinned_full",
+    "pinned_full_like",
+    "pinned_zeros",
+    "pinned_zeros_like",
     "pool_support",
     "runtime_version",
 ]

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``python -m asyncmr demo`` and ``python -m asyncmr bench``.
+"""``python -m asyncmr demo``, ``python -m asyncmr info`` and ``python -m asyncmr bench``.
 
 The benchmark is not part of this package: ``bench`` finds it in a source checkout
 (``benchmarks/asyncmr_bench``) and runs it, or says how to.
@@ -132,9 +132,16 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--elements", type=int, default=1 << 22)
     sub.add_parser("bench", help="the benchmark, from a source checkout (GPU; "
                    "see benchmarks/README.md)", add_help=False)
+    # info parses its own arguments (--json), like bench.
+    sub.add_parser("info", help="devices, supported pool kinds/locations, live pool state",
+                   add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command == "demo":
         return _demo(args)
+    if args.command == "info":
+        from asyncmr._info import main as info_main
+
+        return info_main(rest)
     return _bench(rest)
 
 

@@ -1,0 +1,208 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``python -m asyncmr info [--json]``: what each device and this build support, and the live
+state of the default and current pools.
+
+Device facts come from the CUDA runtime through ``cuda.bindings``; what is supported comes
+from asyncmr itself: ``MemPool.default``/``current`` for every kind and location, and
+``MemPool.create`` followed by ``close()`` for ``pool="new"`` (pools are created only to
+answer that, and destroyed at once). Reading a pool's attributes changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+KINDS = ("device", "pinned", "managed")
+CHOICES = ("default", "current", "new")
+STATE = ("release_threshold", "reserved_mem_current", "reserved_mem_high", "used_mem_current",
+         "used_mem_high")
+
+# (JSON key, cudaDeviceAttr name); an attribute this cuda-bindings lacks is reported as None.
+_DEVICE_ATTRIBUTES = (
+    ("concurrent_managed_access", "cudaDevAttrConcurrentManagedAccess"),
+    ("pageable_memory_access", "cudaDevAttrPageableMemoryAccess"),
+    ("numa_id", "cudaDevAttrNumaId"),
+    ("host_numa_id", "cudaDevAttrHostNumaId"),
+    ("memory_pools_supported", "cudaDevAttrMemoryPoolsSupported"),
+    ("host_memory_pools_supported", "cudaDevAttrHostMemoryPoolsSupported"),
+    ("host_numa_memory_pools_supported", "cudaDevAttrHostNumaMemoryPoolsSupported"),
+    ("memory_pool_supported_handle_types", "cudaDevAttrMemoryPoolSupportedHandleTypes"),
+)
+_FLAGS = {"concurrent_managed_access", "pageable_memory_access", "memory_pools_supported",
+          "host_memory_pools_supported", "host_numa_memory_pools_supported"}
+
+
+def _version(v: int) -> str:
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+def _device_facts(ordinal: int) -> dict:
+    from cuda.bindings import runtime
+
+    def attribute(name):
+        attr = getattr(runtime.cudaDeviceAttr, name, None)
+        if attr is None:
+            return None
+        err, value = runtime.cudaDeviceGetAttribute(attr, ordinal)
+        return int(value) if int(err) == 0 else None
+
+    err, props = runtime.cudaGetDeviceProperties(ordinal)
+    name = props.name.split(b"\0", 1)[0].decode() if int(err) == 0 else None
+    major = attribute("cudaDevAttrComputeCapabilityMajor")
+    minor = attribute("cudaDevAttrComputeCapabilityMinor")
+    facts = {"ordinal": ordinal, "name": name, "compute_capability": f"{major}.{minor}"}
+    for key, attr in _DEVICE_ATTRIBUTES:
+        value = attribute(attr)
+        facts[key] = bool(value) if key in _FLAGS and value is not None else value
+    return facts
+
+
+def _loc_name(loc) -> str:
+    return loc.kind if loc.id is None else f"{loc.kind}({loc.id})"
+
+
+def _locations(devices: list[dict]):
+    from asyncmr import Location
+
+    numa = sorted({d["host_numa_id"] for d in devices
+                   if isinstance(d["host_numa_id"], int) and d["host_numa_id"] >= 0}) or [0]
+    return ([Location.device(d["ordinal"]) for d in devices] + [Location.host()]
+            + [Location.host_numa(n) for n in numa] + [Location.none()])
+
+
+def _probe(loc, kind, choice):
+    """(pool or None, reason or None) for one kind, location and pool choice."""
+    import asyncmr
+    from asyncmr import MemPool
+
+    try:
+        if choice == "new":
+            MemPool.create(loc, kind).close()
+            return None, None
+        return getattr(MemPool, choice)(loc, kind), None
+    except (asyncmr.AsyncMRError, ValueError, MemoryError) as e:
+        return None, f"{type(e).__name__}: {e}"
+
+
+def _pool_state(pool) -> dict:
+    attrs = pool.attributes
+    return {key: getattr(attrs, key) for key in STATE}
+
+
+def collect() -> dict:
+    """Everything ``info`` reports, as plain data (what ``--json`` prints). Raises
+    :class:`asyncmr.NoDeviceError` without a usable CUDA device."""
+    import asyncmr
+
+    count = asyncmr.device_count()
+    try:
+        from cuda.bindings import __version__ as bindings_version
+    except ImportError:  # pragma: no cover - very old cuda-bindings
+        bindings_version = None
+    devices = [_device_facts(i) for i in range(count)]
+    support, pools = [], []
+    for kind in KINDS:
+        for loc in _locations(devices):
+            found = {}
+            for choice in CHOICES:
+                pool, reason = _probe(loc, kind, choice)
+                found[choice] = pool
+                support.append({"kind": kind, "location": _loc_name(loc), "pool": choice,
+                                "supported": reason is None, "reason": reason})
+            default = found["default"]
+            for choice in ("default", "current"):
+                pool = found[choice]
+                if pool is None:
+                    continue
+                pools.append({"kind": kind, "location": _loc_name(loc), "pool": choice,
+                              "handle": pool.handle,
+                              "is_default": default is not None and pool.handle == default.handle,
+                              **_pool_state(pool)})
+    return {
+        "asyncmr": asyncmr.__version__,
+        "driver_version": _version(asyncmr.driver_version()),
+        "runtime_version": _version(asyncmr.runtime_version()),
+        "cuda_bindings": bindings_version,
+        "device_count": count,
+        "devices": devices,
+        "support": support,
+        "pools": pools,
+        "note": "pool='new' was probed by creating a pool and closing it at once",
+    }
+
+
+def _table(header, rows) -> list[str]:
+    rows = [tuple("-" if c is None else str(c) for c in r) for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return lines
+
+
+def _bytes(n: int) -> str:
+    return "max" if n == 2**64 - 1 else f"{n:,}"
+
+
+def _yes(flag):
+    return None if flag is None else ("yes" if flag else "no")
+
+
+def render(info: dict) -> str:
+    """The readable report."""
+    out = [f"asyncmr {info['asyncmr']}: driver {info['driver_version']}, runtime "
+           f"{info['runtime_version']} (this build), cuda-bindings {info['cuda_bindings']}, "
+           f"{info['device_count']} device(s)", "", "Devices"]
+    out += _table(
+        ("#", "name", "cc", "concurrent managed", "pageable access", "NUMA", "host NUMA",
+         "pools", "host pools", "host NUMA pools"),
+        [(d["ordinal"], d["name"], d["compute_capability"], _yes(d["concurrent_managed_access"]),
+          _yes(d["pageable_memory_access"]), d["numa_id"], d["host_numa_id"],
+          _yes(d["memory_pools_supported"]), _yes(d["host_memory_pools_supported"]),
+          _yes(d["host_numa_memory_pools_supported"])) for d in info["devices"]])
+    reasons: list[str] = []
+
+    def cell(entry):
+        if entry["supported"]:
+            return "yes"
+        if entry["reason"] not in reasons:
+            reasons.append(entry["reason"])
+        return f"no [{reasons.index(entry['reason']) + 1}]"
+
+    by_key = {(e["kind"], e["location"], e["pool"]): e for e in info["support"]}
+    keys = list(dict.fromkeys((e["kind"], e["location"]) for e in info["support"]))
+    out += ["", "Supported by this build on this driver (pool choice)"]
+    out += _table(("kind", "location", *CHOICES),
+                  [(k, loc, *(cell(by_key[(k, loc, c)]) for c in CHOICES)) for k, loc in keys])
+    out += [f"  [{i}] {r}" for i, r in enumerate(reasons, 1)]
+    out += [f"  ({info['note']})", "", "Default and current pools, live (bytes)"]
+    out += _table(
+        ("kind", "location", "pool", "handle", "release threshold", "reserved", "reserved high",
+         "used", "used high"),
+        [(p["kind"], p["location"],
+          p["pool"] if p["pool"] == "default" or not p["is_default"] else "current (= default)",
+          f"{p['handle']:#x}", _bytes(p["release_threshold"]), f"{p['reserved_mem_current']:,}",
+          f"{p['reserved_mem_high']:,}", f"{p['used_mem_current']:,}", f"{p['used_mem_high']:,}")
+         for p in info["pools"]])
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import asyncmr
+
+    parser = argparse.ArgumentParser(
+        prog="python -m asyncmr info",
+        description="Devices, what this build supports on this driver, and the live state "
+                    "of the default and current pools.")
+    parser.add_argument("--json", action="store_true", help="print JSON for machines")
+    args = parser.parse_args(argv)
+    try:
+        info = collect()
+    except asyncmr.NoDeviceError as e:
+        print(f"asyncmr info: no usable CUDA device: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(info, indent=2) if args.json else render(info))
+    return 0

@@ -1,0 +1,498 @@
+# SPDX-License-Identifier: Apache-2.0
+"""NumPy arrays on pool-pinned host memory, freed in stream order when they die.
+
+``pinned_empty``, ``pinned_zeros``, ``pinned_full`` and their ``*_like`` forms take NumPy's
+arguments and return plain ``numpy.ndarray`` objects whose memory comes from an
+:class:`asyncmr.AsyncPinnedMR` (by default one process-wide resource on the default host
+pinned pool). The array's ``base`` is a :class:`PinnedBlock`, which owns the allocation and
+keeps the resource alive; the block goes back to the pool, in stream order on the stream it
+was allocated on, when the last array over it dies.
+
+The stream rule
+---------------
+A pool allocation is ready for the host only once its stream has reached it: the pool may
+hand back a block that earlier work on that stream still reads, or make the allocation wait
+for another stream's free. So every function here synchronizes before returning:
+
+* ``stream=None`` (the default): the block is allocated on asyncmr's private non-blocking
+  stream for the current device (only asyncmr's pinned allocations and frees run there), and
+  that stream is synchronized. This never waits for your kernels.
+* ``stream=s``: the block is allocated on ``s`` and ``s`` is synchronized (which waits for
+  the work already queued on ``s``), unless you pass ``synchronize=False``; then the host must
+  not touch the array before ``s`` has reached the allocation (``s.synchronize()``, or an
+  event recorded on ``s`` after the call).
+
+When the array dies its block is freed on the allocation stream at once. If other streams
+still read or write the array asynchronously (an H2D or D2H copy in flight), make the
+allocation stream wait for them first (``alloc_stream.wait_event(other_stream.record())`` in
+CuPy) or keep the array alive until they are done.
+
+Pool pinned memory is host memory to ``cudaMemcpy``: copies from these arrays host-to-device
+and into them device-to-host work (``cupy.asarray(a)``, ``d.get(out=a)``, ``d.set(a)``,
+``cudaMemcpyAsync`` with an explicit kind).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import operator
+import sys
+import threading
+
+import numpy as np
+
+from asyncmr._exceptions import CUDAError
+
+__all__ = [
+    "PinnedBlock",
+    "default_pinned_mr",
+    "pinned_empty",
+    "pinned_empty_like",
+    "pinned_full",
+    "pinned_full_like",
+    "pinned_zeros",
+    "pinned_zeros_like",
+]
+
+_lock = threading.Lock()
+_default_mr = None
+_private_streams: dict = {}
+
+
+def default_pinned_mr():
+    """The process-wide ``AsyncPinnedMR()`` that pinned arrays and CuPy's pinned allocator use
+    when no ``mr`` is given; made on first use.
+
+    Process-wide effects (those of ``AsyncPinnedMR()``): the default host pinned pool gets
+    read-write access for every visible device, and a release threshold of 0 is raised to the
+    maximum so the pool keeps its memory across synchronizations.
+    """
+    global _default_mr
+    if _default_mr is None:
+        with _lock:
+            if _default_mr is None:
+                from asyncmr._core import AsyncPinnedMR
+
+                _default_mr = AsyncPinnedMR()
+    return _default_mr
+
+
+def _cudart():
+    from cuda.bindings import runtime
+
+    return runtime
+
+
+def _check(result, call: str):
+    err, *values = result
+    if int(err) != 0:
+        raise CUDAError(f"{call} failed: {err.name}")
+    return values[0] if values else None
+
+
+def current_device() -> int:
+    """The calling thread's current CUDA device."""
+    return _check(_cudart().cudaGetDevice(), "cudaGetDevice")
+
+
+def private_stream(device: int):
+    """asyncmr's private non-blocking stream for ``device`` (an ``rmm.pylibrmm.stream.Stream``),
+    made on first use while ``device`` is current. Only asyncmr's pinned allocations and frees
+    run on it, so synchronizing it waits for them (and for any dependency the pool inserted
+    into them), never for other work; being non-blocking, it does not wait for the legacy
+    default stream either."""
+    stream = _private_streams.get(device)
+    if stream is None:
+        from rmm.pylibrmm.stream import CudaStreamFlags, Stream
+
+        with _lock:
+            stream = _private_streams.get(device)
+            if stream is None:
+                stream = Stream(flags=CudaStreamFlags.NON_BLOCKING)
+                _private_streams[device] = stream
+    return stream
+
+
+class _OnDevice:
+    """Makes ``device`` current for a block (only if it is not), then restores the previous."""
+
+    __slots__ = ("device", "previous")
+
+    def __init__(self, device: int):
+        self.device = device
+        self.previous = None
+
+    def __enter__(self):
+        current = current_device()
+        if current != self.device:
+            _check(_cudart().cudaSetDevice(self.device), "cudaSetDevice")
+            self.previous = current
+        return self
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            _check(_cudart().cudaSetDevice(self.previous), "cudaSetDevice")
+        return False
+
+
+# ---- argument checks: all made before anything is allocated -------------------------------
+
+def _check_mr(mr):
+    """None or an AsyncPinnedMR; anything else raises TypeError."""
+    if mr is None:
+        return None
+    from asyncmr._core import AsyncPinnedMR
+
+    if not isinstance(mr, AsyncPinnedMR):
+        raise TypeError(
+            "mr must be an asyncmr.AsyncPinnedMR (pool pinned host memory) or None for the "
+            f"process-wide default, got {type(mr).__name__}")
+    return mr
+
+
+def _check_stream(stream):
+    """None or an ``rmm.pylibrmm.stream.Stream`` made from ``stream`` (an RMM, CuPy or Numba
+    stream, or any object with ``__cuda_stream__``)."""
+    if stream is None:
+        return None
+    from rmm.pylibrmm.stream import Stream
+
+    if isinstance(stream, Stream):
+        return stream
+    try:
+        return Stream(stream)
+    except (TypeError, NotImplementedError, AttributeError) as e:
+        raise TypeError(
+            "stream must be None, an rmm Stream, a CuPy or Numba stream, or an object with "
+            f"__cuda_stream__; got {type(stream).__name__} ({e})") from None
+
+
+def _check_synchronize(synchronize, stream) -> bool:
+    if not isinstance(synchronize, bool):
+        raise TypeError(f"synchronize must be a bool, got {type(synchronize).__name__}")
+    if not synchronize and stream is None:
+        raise ValueError(
+            "synchronize=False needs an explicit stream: with stream=None the block is "
+            "allocated on asyncmr's private stream, which only asyncmr synchronizes")
+    return synchronize
+
+
+def _check_size(nbytes) -> int:
+    if isinstance(nbytes, bool):
+        raise TypeError("nbytes must be an int, got bool")
+    try:
+        n = operator.index(nbytes)
+    except TypeError:
+        raise TypeError(f"nbytes must be an int, got {type(nbytes).__name__}") from None
+    if n < 0:
+        raise ValueError(f"nbytes must be >= 0, got {n}")
+    if n >= 2**63:
+        raise ValueError(f"nbytes must be < 2**63, got {n}")
+    return n
+
+
+def _check_shape(shape) -> tuple[int, ...]:
+    if isinstance(shape, bool):
+        raise TypeError("shape must be an int or a sequence of ints, got bool")
+    try:
+        dims = (operator.index(shape),)
+    except TypeError:
+        try:
+            items = tuple(shape)
+        except TypeError:
+            raise TypeError(
+                f"shape must be an int or a sequence of ints, got {type(shape).__name__}"
+            ) from None
+        dims = []
+        for d in items:
+            if isinstance(d, bool):
+                raise TypeError("shape entries must be ints, got bool")
+            try:
+                dims.append(operator.index(d))
+            except TypeError:
+                raise TypeError(
+                    f"shape entries must be ints, got {type(d).__name__}") from None
+        dims = tuple(dims)
+    if any(d < 0 for d in dims):
+        raise ValueError(f"negative dimensions are not allowed: shape {dims}")
+    return dims
+
+
+def _check_dtype(dtype) -> np.dtype:
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"dtype {dtype!r} is not a NumPy data type ({e})") from None
+    if dt.hasobject:
+        raise TypeError(
+            f"dtype {dt} holds Python objects, which cannot live in pinned memory")
+    return dt
+
+
+def _check_order(order, allowed: str) -> str:
+    if not isinstance(order, str) or order.upper() not in allowed:
+        raise ValueError(f"order must be one of {tuple(allowed)}, got {order!r}")
+    return order.upper()
+
+
+def _layout(shape, dtype) -> tuple[tuple[int, ...], np.dtype, int]:
+    """NumPy's expansion of a subarray dtype into the shape, and the size in bytes."""
+    if dtype.subdtype is not None:
+        base, sub = dtype.subdtype
+        shape, dtype = shape + sub, base
+    count = 1
+    for d in shape:
+        count *= d
+    nbytes = count * dtype.itemsize
+    if nbytes >= 2**63:
+        raise ValueError(f"array is too big: shape {shape} of {dtype} needs {nbytes} bytes")
+    return shape, dtype, nbytes
+
+
+# ---- the block ---------------------------------------------------------------------------
+
+class PinnedBlock:
+    """One allocation of ``size`` bytes from a pinned pool at address ``ptr``, freed in stream
+    order on its allocation ``stream`` when the object dies.
+
+    ``PinnedBlock(nbytes, *, mr=None, stream=None, synchronize=True)`` allocates (``nbytes``
+    in bytes; see the module's stream rule). It keeps ``mr`` alive. It has ``.ptr`` and
+    ``.size``, the shape CuPy's ``PinnedMemoryPointer`` wants (``asyncmr.cupy`` wraps blocks
+    that way), and ``__array_interface__`` (``numpy.asarray(block)`` is a ``uint8`` view whose
+    ``base`` is the block). A zero-size block allocates nothing and has ``ptr`` 0.
+    """
+
+    __slots__ = ("ptr", "size", "mr", "stream", "device", "_iface", "__weakref__")
+
+    def __init__(self, nbytes, *, mr=None, stream=None, synchronize=True):
+        self.ptr = 0  # __del__ frees nothing if a check below raises
+        nbytes = _check_size(nbytes)
+        mr = _check_mr(mr)
+        stream = _check_stream(stream)
+        synchronize = _check_synchronize(synchronize, stream)
+        self._allocate(nbytes, mr, stream, synchronize)
+
+    @classmethod
+    def _new(cls, nbytes, mr, stream, synchronize):
+        """Allocate with arguments already checked."""
+        self = cls.__new__(cls)
+        self._allocate(nbytes, mr, stream, synchronize)
+        return self
+
+    def _allocate(self, nbytes, mr, stream, synchronize):
+        self.ptr = 0  # __del__ frees nothing unless the allocation below succeeded
+        self.size = 0
+        self._iface = None
+        self.mr = default_pinned_mr() if mr is None else mr
+        if nbytes == 0:
+            self.stream = stream
+            self.device = None
+            return
+        device = current_device()
+        if stream is None:
+            stream = private_stream(device)
+        self.stream = stream
+        self.device = device
+        self.ptr = self.mr.allocate(nbytes, stream)
+        self.size = nbytes
+        if synchronize:
+            # If this raises, __del__ still gives the block back.
+            stream.synchronize()
+
+    def _free(self):
+        ptr, self.ptr = self.ptr, 0
+        if ptr:
+            with _OnDevice(self.device):
+                self.mr.deallocate(ptr, self.size, self.stream)
+
+    def __del__(self):
+        # At interpreter exit CUDA may already be torn down; the process gives the memory back.
+        if not sys.is_finalizing():
+            self._free()
+
+    @property
+    def __array_interface__(self):
+        if self._iface is not None:
+            return self._iface
+        return {"shape": (self.size,), "typestr": "|u1", "data": (self.ptr, False),
+                "version": 3}
+
+    def as_array(self, shape, dtype, order="C") -> np.ndarray:
+        """A NumPy array over the block (``base`` is the block). ``shape`` times the item size
+        must not exceed ``size``."""
+        shape = _check_shape(shape)
+        shape, dtype, nbytes = _layout(shape, _check_dtype(dtype))
+        order = _check_order(order, "CF")
+        if nbytes > self.size:
+            raise ValueError(f"shape {shape} of {dtype} needs {nbytes} bytes; the block has "
+                             f"{self.size}")
+        return _view(self, shape, dtype, order)
+
+    def __repr__(self):
+        return f"PinnedBlock(ptr={self.ptr:#x}, size={self.size}, mr={self.mr!r})"
+
+
+def _view(block: PinnedBlock, shape, dtype: np.dtype, order: str) -> np.ndarray:
+    if order == "F":
+        strides, step = [], dtype.itemsize
+        for d in shape:
+            strides.append(step)
+            step *= max(d, 1)
+        strides = tuple(strides)
+    else:
+        strides = None
+    # numpy.asarray reads the layout from __array_interface__, so the array's base is the
+    # block itself; the block is new and not shared yet, so setting it here is race-free.
+    block._iface = {"shape": shape, "typestr": dtype.str, "descr": dtype.descr,
+                    "strides": strides, "data": (block.ptr, False), "version": 3}
+    try:
+        arr = np.asarray(block)
+    finally:
+        block._iface = None
+    if arr.dtype != dtype:
+        # Interfaces cannot spell every dtype (aligned structs); the item size is the same.
+        arr = arr.view(dtype)
+    return arr
+
+
+# ---- NumPy-style constructors ------------------------------------------------------------
+
+def _new_array(shape, dtype, order, mr, stream, synchronize, *, host_writes=False):
+    """Check everything, then allocate. ``host_writes``: the caller fills the array from the
+    host at once, so the stream is synchronized whatever ``synchronize`` says."""
+    shape = _check_shape(shape)
+    dtype = _check_dtype(dtype)
+    order = _check_order(order, "CF")
+    mr = _check_mr(mr)
+    stream = _check_stream(stream)
+    synchronize = _check_synchronize(synchronize, stream) or host_writes
+    shape, dtype, nbytes = _layout(shape, dtype)
+    if nbytes == 0:
+        # Nothing to allocate: an ordinary empty array of the right shape and type.
+        return np.empty(shape, dtype, order=order)
+    return _view(PinnedBlock._new(nbytes, mr, stream, synchronize), shape, dtype, order)
+
+
+def pinned_empty(shape, dtype=float, order="C", *, mr=None, stream=None, synchronize=True):
+    """A new uninitialized array on pool-pinned host memory, like ``numpy.empty``.
+
+    Parameters
+    ----------
+    shape : int or sequence of int
+    dtype : data-type, default float
+        Any NumPy dtype without Python objects.
+    order : {"C", "F"}
+    mr : AsyncPinnedMR, optional
+        The resource to allocate from (default: :func:`default_pinned_mr`). The array keeps it
+        alive.
+    stream : optional
+        The stream the block is allocated and later freed on (an RMM, CuPy or Numba stream, or
+        any ``__cuda_stream__`` object). Default: asyncmr's private stream for the current
+        device.
+    synchronize : bool, default True
+        Synchronize ``stream`` before returning, so the host may use the array at once.
+        ``False`` (only with an explicit ``stream``) leaves that to you: do not touch the
+        array from the host before ``stream`` has reached the allocation.
+
+    Returns
+    -------
+    numpy.ndarray
+        Its ``base`` is the :class:`PinnedBlock` that owns the memory. When the array (and
+        every view of it) dies, the block is freed in stream order on the allocation stream;
+        if another stream still copies from or into the array then, make the allocation stream
+        wait for it first. Zero-size arrays allocate nothing.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Bad ``shape`` (negative entries), ``dtype``, ``order``, ``mr`` (not an
+        ``AsyncPinnedMR``), ``stream`` or ``synchronize``, before anything is allocated.
+    MemoryError
+        The pool cannot provide the bytes.
+    """
+    return _new_array(shape, dtype, order, mr, stream, synchronize)
+
+
+def pinned_zeros(shape, dtype=float, order="C", *, mr=None, stream=None, synchronize=True):
+    """Like :func:`pinned_empty`, filled with zeros (like ``numpy.zeros``).
+
+    With ``synchronize=False`` the host writes the zeros only after ``stream`` has reached
+    the allocation, so this synchronizes ``stream`` regardless.
+    """
+    arr = _new_array(shape, dtype, order, mr, stream, synchronize, host_writes=True)
+    _memset_zero(arr)
+    return arr
+
+
+def pinned_full(shape, fill_value, dtype=None, order="C", *, mr=None, stream=None,
+                synchronize=True):
+    """Like :func:`pinned_empty`, filled with ``fill_value`` (like ``numpy.full``; ``dtype``
+    defaults to ``numpy.array(fill_value).dtype``). Synchronizes ``stream`` regardless of
+    ``synchronize``: the host writes the values."""
+    if dtype is None:
+        dtype = np.array(fill_value).dtype
+    dtype = _check_dtype(dtype)
+    dims = _check_shape(shape)
+    # Convert and broadcast the value first, so a bad one allocates nothing.
+    try:
+        value = np.asarray(fill_value).astype(dtype, casting="unsafe")
+        np.broadcast_shapes(value.shape, dims)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"fill_value {fill_value!r} cannot fill an array of shape {shape} "
+                         f"and dtype {dtype}: {e}") from None
+    arr = _new_array(shape, dtype, order, mr, stream, synchronize, host_writes=True)
+    np.copyto(arr, value, casting="unsafe")
+    return arr
+
+
+def _like(prototype, dtype, order, shape):
+    """shape, dtype and "C"/"F" for a *_like function, following NumPy's rules for order
+    ("K" keeps the prototype's layout when it is Fortran-contiguous, else C)."""
+    if not (hasattr(prototype, "shape") and hasattr(prototype, "dtype")):
+        prototype = np.asarray(prototype)
+    order = _check_order(order, "CFAK")
+    if dtype is None:
+        dtype = prototype.dtype
+    if shape is None:
+        shape = prototype.shape
+    flags = getattr(prototype, "flags", None)
+    f_contig = bool(flags is not None and flags.f_contiguous)
+    c_contig = bool(flags is not None and flags.c_contiguous)
+    same_ndim = len(_check_shape(shape)) == len(prototype.shape)
+    if order == "A":
+        order = "F" if f_contig else "C"
+    elif order == "K":
+        order = "F" if (f_contig and not c_contig and same_ndim) else "C"
+    return shape, dtype, order
+
+
+def pinned_empty_like(prototype, dtype=None, order="K", *, shape=None, mr=None, stream=None,
+                      synchronize=True):
+    """Like ``numpy.empty_like``, on pool-pinned memory (see :func:`pinned_empty`).
+
+    ``prototype`` may be any array-like, including a CuPy array (only its shape, dtype and
+    layout are read). ``order="K"`` keeps a Fortran-contiguous prototype's layout and uses C
+    order otherwise.
+    """
+    shape, dtype, order = _like(prototype, dtype, order, shape)
+    return _new_array(shape, dtype, order, mr, stream, synchronize)
+
+
+def pinned_zeros_like(prototype, dtype=None, order="K", *, shape=None, mr=None, stream=None,
+                      synchronize=True):
+    """Like ``numpy.zeros_like``, on pool-pinned memory (see :func:`pinned_zeros`)."""
+    shape, dtype, order = _like(prototype, dtype, order, shape)
+    return pinned_zeros(shape, dtype, order, mr=mr, stream=stream, synchronize=synchronize)
+
+
+def pinned_full_like(prototype, fill_value, dtype=None, order="K", *, shape=None, mr=None,
+                     stream=None, synchronize=True):
+    """Like ``numpy.full_like``, on pool-pinned memory (see :func:`pinned_full`)."""
+    shape, dtype, order = _like(prototype, dtype, order, shape)
+    return pinned_full(shape, fill_value, dtype, order, mr=mr, stream=stream,
+                       synchronize=synchronize)
+
+
+def _memset_zero(arr: np.ndarray) -> None:
+    if arr.nbytes:
+        ctypes.memset(arr.ctypes.data, 0, arr.nbytes)

@@ -1,0 +1,234 @@
+# SPDX-License-Identifier: Apache-2.0
+"""asyncmr.dask: the worker plugin and the cluster-wide pool helpers.
+
+CPU tests: argument checks, the refusal message for dask-cuda's rmm_* options (built from
+dask-cuda's real RMMSetup plugin), and the plugin on a worker without a GPU. GPU tests run
+LocalCUDACluster workers (one per GPU): a dask.array-on-CuPy workload whose results are
+checked against NumPy, each worker's resource verified from the worker, per-worker peaks,
+trim_to(0) on every worker, and the rmm_pool_size conflict.
+
+Functions sent to the workers with client.run are made inside the tests, so cloudpickle ships
+them by value and the workers need not import this file.
+"""
+
+import pickle
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("distributed", reason="asyncmr.dask needs Dask's distributed")
+
+import asyncmr  # noqa: E402
+import asyncmr.dask as amd  # noqa: E402
+
+# Generous startup (workers import CuPy and RMM), small work.
+TIMEOUT = "180s"
+CLUSTER = dict(threads_per_worker=1, dashboard_address=None, silence_logs=40)
+
+
+def rows(table):
+    """pool_state/peaks/trim_to answer a DataFrame when pandas is there, else dicts."""
+    return table.to_dict("records") if hasattr(table, "to_dict") else list(table)
+
+
+# ---- CPU -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    (dict(kind="pinned"), ValueError, "wrong door|names a direction"),
+    (dict(kind="host"), ValueError, "kind must be one of"),
+    (dict(pool=5), TypeError, "do not cross processes"),
+    (dict(pool="shared"), ValueError, "pool must be one of"),
+    (dict(release_threshold="lots"), ValueError, "not a byte count"),
+    (dict(release_threshold=-1), ValueError, "release_threshold"),
+    (dict(release_threshold=1.5), TypeError, "release_threshold"),
+    (dict(cupy="yes"), TypeError, "cupy must be a bool"),
+    (dict(replace_existing=1), TypeError, "replace_existing must be a bool"),
+    (dict(name=""), ValueError, "name"),
+])
+def test_plugin_arguments_are_checked(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        amd.AsyncMRPlugin(**kwargs)
+
+
+def test_plugin_settings_and_pickling():
+    plugin = amd.AsyncMRPlugin("device", pool="new", release_threshold="1 GiB", cupy=False)
+    assert (plugin.kind, plugin.pool, plugin.release_threshold, plugin.cupy) == (
+        "device", "new", 1 << 30, False)
+    assert plugin.name == "asyncmr"
+    again = pickle.loads(pickle.dumps(plugin))
+    assert repr(again) == repr(plugin) and again._mr is None
+
+
+def test_trim_to_checks_its_argument():
+    with pytest.raises(ValueError, match="min_bytes_to_keep"):
+        amd.trim_to(None, -5)
+
+
+def test_conflict_message_names_dask_cuda_options():
+    plugins = pytest.importorskip("dask_cuda.plugins")
+    assert amd.conflict_message("CudaMemoryResource") is None  # RMM's untouched default
+    setup = plugins.RMMSetup(
+        initial_pool_size="256MiB", maximum_pool_size="1GiB", managed_memory=False,
+        async_alloc=False, release_threshold=None, log_directory=None,
+        track_allocations=True, external_lib_list=["cupy"])
+    text = amd.conflict_message("PoolMemoryResource", setup, "tcp://127.0.0.1:1234")
+    assert "PoolMemoryResource" in text and "tcp://127.0.0.1:1234" in text
+    assert "rmm_pool_size='256MiB'" in text and "rmm_maximum_pool_size='1GiB'" in text
+    assert "rmm_track_allocations=True" in text and "replace_existing=True" in text
+    assert "rmm_managed_memory" not in text and "rmm_allocator_external_lib_list" not in text
+    other = amd.conflict_message("CudaAsyncMemoryResource")
+    assert "preload" in other and "replace_existing=True" in other
+
+
+def test_plugin_on_a_worker_without_gpu(no_gpu):
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, processes=False, **CLUSTER) as cluster, \
+            Client(cluster) as client:
+        with pytest.raises(asyncmr.NoDeviceError, match="CUDA"):
+            client.register_plugin(amd.AsyncMRPlugin())
+        # A plugin whose setup failed installed nothing the helpers could use.
+        with pytest.raises(LookupError, match="no asyncmr plugin named 'asyncmr'"):
+            amd.pool_state(client)
+
+
+# ---- GPU -----------------------------------------------------------------------------------
+
+@pytest.fixture
+def cuda_cluster(gpu):
+    """LocalCUDACluster(n_workers=...) and a Client, torn down afterwards."""
+    import dask
+    from dask_cuda import LocalCUDACluster
+    from distributed import Client
+
+    made = []
+
+    def make(n_workers, **kwargs):
+        with dask.config.set({"distributed.comm.timeouts.connect": TIMEOUT}):
+            cluster = LocalCUDACluster(n_workers=n_workers, **CLUSTER, **kwargs)
+            made.append(cluster)
+            client = Client(cluster, timeout=TIMEOUT)
+            made.append(client)
+        return client
+
+    yield make
+    for thing in reversed(made):
+        thing.close()
+
+
+def worker_view(client):
+    """Each worker's own account of its resource, pool, CuPy allocator and device."""
+
+    def look(dask_worker):
+        import os
+
+        import cupy
+        import rmm
+        from rmm.allocators.cupy import rmm_cupy_allocator
+
+        import asyncmr
+        import asyncmr.dask
+
+        mr = asyncmr.dask.worker_resource(dask_worker)
+        return {
+            "resource": type(mr).__name__,
+            "is_current": rmm.mr.get_current_device_resource() is mr,
+            "default_managed_pool": mr.pool_handle == asyncmr.MemPool.default(
+                asyncmr.Location.device(0), "managed").handle,
+            "cupy_through_rmm": cupy.cuda.get_allocator() is rmm_cupy_allocator,
+            "device": cupy.cuda.runtime.getDevice(),
+            "pci_bus_id": cupy.cuda.Device(0).pci_bus_id,
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        }
+
+    return client.run(look)
+
+
+def workload(client):
+    """Blockwise, rechunk and reduction on CuPy chunks made on the workers; checked against
+    NumPy on the same numbers."""
+    import cupy
+    import dask.array as da
+
+    rs = da.random.RandomState(1234, RandomState=cupy.random.RandomState)
+    x = rs.standard_normal((1024, 1024), chunks=(128, 128)).persist()  # 64 root chunks
+    y = (x * 2.0 + 1.0).rechunk((1024, 64))  # column strips gather from every row block
+    z = (y ** 2).sum(axis=0)
+    to_host = dict(dtype=np.float64, meta=np.empty((0,), np.float64))
+    got = z.map_blocks(cupy.asnumpy, **to_host).compute()
+    x_np = x.map_blocks(cupy.asnumpy, dtype=np.float64,
+                        meta=np.empty((0, 0), np.float64)).compute()
+    np.testing.assert_allclose(got, ((x_np * 2.0 + 1.0) ** 2).sum(axis=0), rtol=1e-10)
+    del x, y, z
+
+
+def wait_until_workers_hold_nothing(client, seconds=60):
+    deadline = time.monotonic() + seconds
+    while True:
+        held = client.run(lambda dask_worker: len(dask_worker.data))
+        if not any(held.values()) or time.monotonic() > deadline:
+            return held
+        time.sleep(0.2)
+
+
+def run_and_check(client, n_workers):
+    client.register_plugin(amd.AsyncMRPlugin("managed"))
+    views = worker_view(client)
+    assert len(views) == n_workers
+    for address, view in views.items():
+        assert view["resource"] == "AsyncManagedMR", (address, view)
+        assert view["is_current"] and view["default_managed_pool"], (address, view)
+        assert view["cupy_through_rmm"] and view["device"] == 0, (address, view)
+    # dask-cuda put each worker on its own GPU, as device 0 there.
+    assert len({v["pci_bus_id"] for v in views.values()}) == n_workers, views
+
+    with amd.track_peaks(client) as phase:
+        workload(client)
+    assert len(phase.by_worker) == n_workers
+    for address, (used, reserved) in phase.by_worker.items():
+        assert used > 0 and reserved >= used, (address, used, reserved)
+
+    state = rows(amd.pool_state(client))
+    assert {r["resource"] for r in state} == {"AsyncManagedMR"}
+    assert all(r["is_current"] and r["reserved_mem_current"] > 0 for r in state), state
+
+    held = wait_until_workers_hold_nothing(client)
+    assert not any(held.values()), held
+    trimmed = rows(amd.trim_to(client, 0))
+    assert len(trimmed) == n_workers
+    for r in trimmed:
+        assert r["reserved_after"] < r["reserved_before"], r
+    return phase
+
+
+def test_two_workers_on_two_gpus(two_gpus, cuda_cluster):
+    client = cuda_cluster(2)
+    run_and_check(client, 2)
+    moved = client.run(lambda dask_worker: len(dask_worker.transfer_incoming_log))
+    assert sum(moved.values()) > 0, moved  # data went from one worker (GPU) to the other
+
+
+def test_one_worker(cuda_cluster):
+    client = cuda_cluster(1)
+    run_and_check(client, 1)
+
+
+def test_rmm_pool_size_conflicts_unless_replaced(cuda_cluster):
+    client = cuda_cluster(1, rmm_pool_size="256MiB")
+    with pytest.raises(amd.ResourceConflictError, match="rmm_pool_size") as info:
+        client.register_plugin(amd.AsyncMRPlugin("managed"))
+    assert "PoolMemoryResource" in str(info.value)
+
+    def current(dask_worker):
+        import rmm
+
+        return type(rmm.mr.get_current_device_resource()).__name__
+
+    assert set(client.run(current).values()) == {"PoolMemoryResource"}  # left as it was
+
+    # Same name: replaces the refused plugin. The pool resource is kept for the teardown.
+    client.register_plugin(amd.AsyncMRPlugin("managed", replace_existing=True))
+    assert set(client.run(current).values()) == {"AsyncManagedMR"}
+    client.unregister_worker_plugin("asyncmr")
+    assert set(client.run(current).values()) == {"PoolMemoryResource"}

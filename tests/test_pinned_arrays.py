@@ -1,0 +1,225 @@
+# SPDX-License-Identifier: Apache-2.0
+"""NumPy arrays on pool-pinned memory (asyncmr.pinned_empty and friends).
+
+CPU tests: bad input raises a clear exception before anything touches CUDA (on a machine
+without a GPU, reaching CUDA would raise NoDeviceError instead). GPU tests: the arrays live in
+the pool (its used bytes rise and fall back when they die), copies from and into them with
+CuPy and with explicit-kind cudaMemcpyAsync carry the right data.
+"""
+
+import gc
+
+import numpy as np
+import pytest
+
+import asyncmr
+from asyncmr import pinned_empty, pinned_empty_like, pinned_full, pinned_full_like
+from asyncmr import pinned_zeros, pinned_zeros_like
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def cp(gpu):
+    # The GPU host has CuPy: missing it there is a failure, not a skip.
+    import cupy
+
+    return cupy
+
+
+@pytest.fixture
+def owned(gpu):
+    """An AsyncPinnedMR on a pool of its own, so its used bytes are this test's alone."""
+    return asyncmr.AsyncPinnedMR(pool="new")
+
+
+def settle(cupy):
+    """Every queued stream-ordered free has run (asyncmr's private streams included)."""
+    gc.collect()
+    cupy.cuda.runtime.deviceSynchronize()
+
+
+# ---- validation (CPU) --------------------------------------------------------------------
+
+BAD = [
+    (lambda: pinned_empty(-1), ValueError, "negative dimensions"),
+    (lambda: pinned_empty((2, -3)), ValueError, "negative dimensions"),
+    (lambda: pinned_empty(2.5), TypeError, "shape"),
+    (lambda: pinned_empty((2, "a")), TypeError, "shape entries"),
+    (lambda: pinned_empty(True), TypeError, "bool"),
+    (lambda: pinned_empty(4, dtype="not-a-dtype"), TypeError, "not a NumPy data type"),
+    (lambda: pinned_empty(4, dtype=object), TypeError, "Python objects"),
+    (lambda: pinned_empty(4, order="X"), ValueError, "order"),
+    (lambda: pinned_empty(4, mr="pinned"), TypeError, "AsyncPinnedMR"),
+    (lambda: pinned_empty(4, mr=object()), TypeError, "AsyncPinnedMR"),
+    (lambda: pinned_empty(4, stream="s"), TypeError, "stream"),
+    (lambda: pinned_empty(4, synchronize=False), ValueError, "explicit stream"),
+    (lambda: pinned_empty(4, synchronize=1), TypeError, "synchronize"),
+    (lambda: pinned_empty((1 << 40, 1 << 40)), ValueError, "too big"),
+    (lambda: pinned_zeros(-2), ValueError, "negative dimensions"),
+    (lambda: pinned_full(3, "abc", dtype=np.float64), ValueError, "fill_value"),
+    (lambda: pinned_full((3,), [1, 2]), ValueError, "fill_value"),
+    (lambda: pinned_empty_like(np.zeros(3), order="Q"), ValueError, "order"),
+    (lambda: pinned_zeros_like(np.zeros(3), shape=(-1,)), ValueError, "negative"),
+    (lambda: asyncmr.PinnedBlock(-1), ValueError, "nbytes"),
+    (lambda: asyncmr.PinnedBlock(1.0), TypeError, "nbytes"),
+]
+
+
+@pytest.mark.parametrize("call,exc,match", BAD, ids=[f"bad{i}" for i in range(len(BAD))])
+def test_bad_input_is_refused_before_cuda(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_non_pinned_asyncmr_resource_is_refused_by_type(gpu):
+    before = asyncmr.MemPool.default(asyncmr.Location.device(0), "device").attributes
+    used = before.used_mem_current
+    with pytest.raises(TypeError, match="AsyncPinnedMR.*got AsyncDeviceMR"):
+        pinned_empty(16, mr=asyncmr.AsyncDeviceMR())
+    assert before.used_mem_current == used
+
+
+# ---- on the GPU ----------------------------------------------------------------------------
+
+def test_arrays_are_numpy_arrays_on_the_pool(cp, owned):
+    used0 = owned.attributes.used_mem_current
+    a = pinned_empty((256, 512), np.float32, mr=owned)
+    assert type(a) is np.ndarray and a.shape == (256, 512) and a.dtype == np.float32
+    assert a.flags.c_contiguous and a.flags.writeable
+    assert isinstance(a.base, asyncmr.PinnedBlock) and a.base.mr is owned
+    assert owned.attributes.used_mem_current >= used0 + a.nbytes
+    # To CUDA it is host memory (cudaMemoryTypeHost == 1).
+    assert cp.cuda.runtime.pointerGetAttributes(a.ctypes.data).type == 1
+    f = pinned_zeros((3, 5), np.int64, order="F", mr=owned)
+    assert f.flags.f_contiguous and not f.flags.c_contiguous and (f == 0).all()
+    v = pinned_full((4,), 7.5, mr=owned)
+    assert v.dtype == np.float64 and (v == 7.5).all()
+    del a, f, v
+    settle(cp)
+    assert owned.attributes.used_mem_current == used0
+
+
+def test_like_variants_follow_numpy(cp, owned):
+    c = np.zeros((6, 4), np.int16)
+    fort = np.asfortranarray(np.zeros((6, 4), np.float32))
+    e = pinned_empty_like(c, mr=owned)
+    assert e.shape == c.shape and e.dtype == c.dtype and e.flags.c_contiguous
+    k = pinned_zeros_like(fort, mr=owned)
+    assert k.flags.f_contiguous and (k == 0).all()
+    d = cp.arange(10, dtype=cp.float32)
+    fl = pinned_full_like(d, 3, mr=owned)  # a CuPy prototype: only shape and dtype are read
+    assert fl.shape == (10,) and fl.dtype == np.float32 and (fl == 3).all()
+    s = pinned_empty_like(c, dtype=np.float64, shape=(2, 3), mr=owned)
+    assert s.shape == (2, 3) and s.dtype == np.float64
+
+
+def test_structured_and_subarray_dtypes(cp, owned):
+    aligned = np.dtype([("x", "i4"), ("y", "f8")], align=True)
+    a = pinned_zeros(5, aligned, mr=owned)
+    assert a.dtype == aligned and a.shape == (5,)
+    a["y"] = 1.5
+    assert (a["y"] == 1.5).all() and (a["x"] == 0).all()
+    b = pinned_empty((3,), ("f4", (2,)), mr=owned)  # NumPy expands the subarray
+    assert b.shape == (3, 2) and b.dtype == np.float32
+
+
+def test_zero_size_arrays_allocate_nothing(cp, owned):
+    used0 = owned.attributes.used_mem_current
+    z = pinned_empty((0, 5), np.float64, mr=owned)
+    assert z.shape == (0, 5) and z.size == 0
+    assert pinned_zeros(0, mr=owned).shape == (0,)
+    assert owned.attributes.used_mem_current == used0
+
+
+def test_bad_input_on_gpu_allocates_nothing(cp, owned):
+    used0 = owned.attributes.used_mem_current
+    for call in (lambda: pinned_empty(-1, mr=owned),
+                 lambda: pinned_empty(4, dtype=object, mr=owned),
+                 lambda: pinned_full(3, "abc", dtype=np.float64, mr=owned),
+                 lambda: pinned_empty(4, mr=owned, synchronize=False)):
+        with pytest.raises((TypeError, ValueError)):
+            call()
+    assert owned.attributes.used_mem_current == used0
+
+
+def test_cupy_copies_from_and_into_pinned_arrays(cp, owned):
+    n = 1 << 20
+    h = pinned_empty(n, np.float64, mr=owned)
+    h[:] = np.arange(n, dtype=np.float64)
+    d = cp.asarray(h)                       # CuPy sees pinned memory: an async H2D from it
+    assert float(d[n - 1]) == n - 1
+    out = pinned_empty_like(h, mr=owned)
+    (d * 3).get(out=out)                    # D2H into pinned memory
+    np.testing.assert_array_equal(out, np.arange(n, dtype=np.float64) * 3)
+    d2 = cp.empty(n, dtype=cp.float64)
+    d2.set(out)                             # H2D from pinned memory
+    cp.testing.assert_array_equal(d2, d * 3)
+    back = d2.get()                         # into pageable memory, for comparison
+    np.testing.assert_array_equal(back, out)
+
+
+def test_explicit_kind_memcpy_async(cp, owned):
+    rt = cp.cuda.runtime
+    n = 1 << 18
+    stream = cp.cuda.Stream(non_blocking=True)
+    src = pinned_full(n, 42, dtype=np.int32, mr=owned, stream=stream)
+    dst = pinned_zeros(n, np.int32, mr=owned, stream=stream)
+    d = cp.empty(n, dtype=cp.int32)
+    rt.memcpyAsync(d.data.ptr, src.ctypes.data, src.nbytes, rt.memcpyHostToDevice, stream.ptr)
+    with stream:
+        d += 1
+    rt.memcpyAsync(dst.ctypes.data, d.data.ptr, dst.nbytes, rt.memcpyDeviceToHost, stream.ptr)
+    stream.synchronize()
+    assert (dst == 43).all()
+    assert src.base.stream.__cuda_stream__()[1] == stream.ptr  # allocated (and freed) there
+
+
+def test_unsynchronized_allocation_on_a_stream(cp, owned):
+    stream = cp.cuda.Stream(non_blocking=True)
+    a = pinned_empty(1024, np.uint8, mr=owned, stream=stream, synchronize=False)
+    stream.synchronize()                    # the caller's part of the stream rule
+    a[:] = 5
+    assert (a == 5).all()
+
+
+def test_pool_bytes_rise_and_fall_with_the_arrays(cp, owned):
+    used0 = owned.attributes.used_mem_current
+    arrays = [pinned_empty(MiB, np.uint8, mr=owned) for _ in range(8)]
+    used_all = owned.attributes.used_mem_current
+    assert used_all >= used0 + 8 * MiB
+    view = arrays[3][10:20]                 # a view keeps its block alive
+    del arrays
+    settle(cp)
+    assert used0 + MiB <= owned.attributes.used_mem_current < used_all
+    del view
+    settle(cp)
+    assert owned.attributes.used_mem_current == used0
+
+
+def test_many_arrays_leave_nothing_behind(cp, owned):
+    used0 = owned.attributes.used_mem_current
+    for i in range(2000):
+        a = pinned_empty(4096 + 64 * (i % 17), np.uint8, mr=owned)
+        a[0] = i % 256
+        assert a[0] == i % 256
+    del a
+    settle(cp)
+    assert owned.attributes.used_mem_current == used0
+
+
+def test_default_resource_is_the_default_pinned_pool(cp):
+    a = pinned_empty(16, np.int8)
+    mr = a.base.mr
+    assert mr is asyncmr.pinned.default_pinned_mr()
+    assert mr.pool_handle == asyncmr.MemPool.default(asyncmr.Location.host(), "pinned").handle
+
+
+def test_block_as_array_and_bounds(cp, owned):
+    block = asyncmr.PinnedBlock(64, mr=owned)
+    arr = block.as_array((4, 2), np.float64)
+    assert arr.base is block
+    arr[:] = 1
+    assert np.asarray(block).nbytes == 64
+    with pytest.raises(ValueError, match="needs 128 bytes"):
+        block.as_array((16,), np.float64)
