@@ -139,8 +139,9 @@ def restore_process_state(saved) -> None:
 
         cupy.cuda.runtime.deviceSynchronize()
         cupy.cuda.set_allocator(cupy_allocators[0])
-        if cupy_allocators[1] is not None:
-            cupy.cuda.set_pinned_memory_allocator(cupy_allocators[1])
+        from asyncmr.cupy import restore_pinned_allocator
+
+        restore_pinned_allocator(cupy_allocators[1] or cupy.get_default_pinned_memory_pool().malloc)
     rmm.mr.set_current_device_resource(mr)
     for pool, loc, atype, values, current in pools:
         if MemPool.current(loc, atype) != current:
@@ -149,12 +150,11 @@ def restore_process_state(saved) -> None:
 
 
 def _cupy_pinned_allocator(cupy):
-    """CuPy's current pinned allocator (CuPy has no getter; asyncmr.cupy knows how to read it)."""
-    try:
-        from asyncmr.cupy import get_pinned_allocator
-    except ImportError:
-        return None
-    return get_pinned_allocator()
+    """asyncmr's pinned allocator if CuPy uses one now, else None (then CuPy's default pool is
+    put back: CuPy has no getter, and the tests install no other)."""
+    from asyncmr.cupy import current_pinned_allocator
+
+    return current_pinned_allocator()
 
 
 def device_view(ptr: int, n: int, dtype=np.int32, owner=None, device_id: int = 0):

@@ -316,9 +316,7 @@ def _trim_on_worker(name, keep, dask_worker):
     if int(err) != 0:
         raise AsyncMRError(f"cudaDeviceSynchronize failed on {dask_worker.address}: {err.name}")
     pool = mr.pool
-    # `trim_to` is the new name of `trim` (which stays as a deprecated alias).
-    trim = getattr(pool, "trim_to", None) or pool.trim
-    trim(keep)
+    pool.trim_to(keep)
     attributes = mr.attributes
     return {"worker": dask_worker.address, **_device_facts(),
             "reserved_before": before, "reserved_after": attributes.reserved_mem_current,
