@@ -88,8 +88,9 @@ cudaMemPool_t pool_state::detach() noexcept
   cudaMemPool_t const h = handle.exchange(nullptr);
   if (h == nullptr || !owned) { return nullptr; }
   // A destroyed pool must not stay current: later cudaMallocAsync calls anywhere in the
-  // process would use a dangling handle. Route the location back to its default pool.
-  if (where && type) {
+  // process would use a dangling handle. Route the location back to its default pool. (An
+  // imported pool is never current.)
+  if (where && type && !imported) {
     relaxed_capture_guard guard;
     try {
       int const device = device_for_checks(*where);
@@ -110,7 +111,7 @@ cudaMemPool_t pool_state::detach() noexcept
 pool_state::~pool_state()
 {
   // No mem_pool refers to this state any more, so no allocation can be in flight through it.
-  if (cudaMemPool_t const h = detach()) { retire(h, nullptr); }
+  if (cudaMemPool_t const h = detach()) { retire(h, nullptr, imported); }
 }
 
 }  // namespace detail
@@ -264,6 +265,10 @@ std::optional<pool_properties> mem_pool::properties() const { return state_->pro
 void* mem_pool::allocate_async(std::size_t bytes, cudaStream_t stream) const
 {
   auto& s = *state_;
+  if (s.imported) {
+    throw std::invalid_argument{"asyncmr: an imported pool cannot be allocated from (CUDA "
+                                "allows only import_pointer on it)"};
+  }
   // The count is raised before the handle is read, and close() clears the handle before it
   // reads the count (both sequentially consistent): either this call sees the pool closed, or
   // close() sees this call and parks the pool instead of destroying it under the driver call.
@@ -438,6 +443,9 @@ access_mode mem_pool::access(int device) const
 mem_pool mem_pool::make_current() const
 {
   cudaMemPool_t const h = handle();
+  if (state_->imported) {
+    throw std::invalid_argument{"asyncmr: an imported pool cannot be made current"};
+  }
   auto const w          = location();
   auto const t          = type();
   if (!w || !t) {
@@ -463,7 +471,7 @@ void mem_pool::close()
   // Allocations through other copies may be in flight: the registry reads this state's
   // in-flight count before it decides to destroy the driver pool.
   std::lock_guard<std::mutex> lock{state_->close_mutex};
-  if (cudaMemPool_t const h = state_->detach()) { detail::retire(h, state_); }
+  if (cudaMemPool_t const h = state_->detach()) { detail::retire(h, state_, state_->imported); }
 }
 
 bool mem_pool::operator==(mem_pool const& other) const noexcept

@@ -30,6 +30,7 @@ namespace {
 struct parked_pool {
   cudaMemPool_t handle;
   std::weak_ptr<pool_state> state;  // expired: nothing can be in flight any more
+  bool imported;
 };
 
 struct owned_pools {
@@ -58,11 +59,24 @@ bool nothing_allocated(cudaMemPool_t h) noexcept
   return used == 0;
 }
 
-bool idle(parked_pool const& p) noexcept
+bool parked_idle(parked_pool const& p) noexcept
 {
   auto const state = p.state.lock();
-  return (state == nullptr || state->in_flight.load() == 0) && nothing_allocated(p.handle);
+  return idle(p.handle, state.get(), p.imported);
 }
+
+}  // namespace
+
+bool idle(cudaMemPool_t handle, pool_state const* state, bool imported) noexcept
+{
+  if (state != nullptr && (state->in_flight.load() != 0 || state->live_imports.load() != 0)) {
+    return false;
+  }
+  // An imported pool's usage is the exporter's; this process's imports are counted above.
+  return imported || nothing_allocated(handle);
+}
+
+namespace {
 
 void destroy(cudaMemPool_t h) noexcept { clear_own_error(cudaMemPoolDestroy(h)); }
 
@@ -70,7 +84,7 @@ void destroy(cudaMemPool_t h) noexcept { clear_own_error(cudaMemPoolDestroy(h));
 void sweep_parked(owned_pools& pools) noexcept
 {
   std::erase_if(pools.parked, [](parked_pool const& p) {
-    if (!idle(p)) { return false; }
+    if (!parked_idle(p)) { return false; }
     destroy(p.handle);
     return true;
   });
@@ -103,7 +117,7 @@ bool is_parked(cudaMemPool_t handle)
                      [&](parked_pool const& p) { return p.handle == handle; });
 }
 
-void retire(cudaMemPool_t handle, std::shared_ptr<pool_state> const& state) noexcept
+void retire(cudaMemPool_t handle, std::shared_ptr<pool_state> const& state, bool imported) noexcept
 {
   auto& pools = registry();
   std::lock_guard<std::mutex> lock{pools.mutex};
@@ -112,8 +126,8 @@ void retire(cudaMemPool_t handle, std::shared_ptr<pool_state> const& state) noex
   // in_flight is read after the handle was cleared (sequentially consistent on both sides): an
   // allocation that read the handle before that is counted here; one that reads it after sees
   // nullptr and is refused.
-  parked_pool entry{handle, state};
-  if (idle(entry)) {
+  parked_pool entry{handle, state, imported};
+  if (parked_idle(entry)) {
     destroy(handle);
   } else {
     clear_own_error(cudaMemPoolTrimTo(handle, 0));  // give back what is not in use now

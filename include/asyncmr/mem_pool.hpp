@@ -26,6 +26,24 @@ namespace asyncmr {
 /// @brief Access a device has to a pool's memory (mirrors `cudaMemAccessFlags`).
 enum class access_mode : int { none, read, read_write };
 
+/// @brief `pool_properties::export_handle_types` bits (the driver's values).
+enum class export_handle : int {
+  posix_fd = cudaMemHandleTypePosixFileDescriptor,  ///< a POSIX file descriptor (Linux IPC)
+  fabric   = cudaMemHandleTypeFabric,               ///< a fabric handle (multi-node NVLink)
+};
+
+/// @brief What another process needs to import one allocation (`cudaMemPoolPtrExportData`).
+struct exported_pointer {
+  unsigned char bytes[64]{};  ///< opaque; send as is
+};
+
+/**
+ * @brief The export data of `ptr`, an allocation from a pool created with export handle types
+ * (`cudaMemPoolExportPointer`). The allocating process must not free `ptr` before every
+ * importer has released it (`mem_pool::release_imported`).
+ */
+[[nodiscard]] exported_pointer export_pointer(void* ptr);
+
 /// @brief Properties of a pool made by `mem_pool::create`.
 struct pool_properties {
   allocation_type type{allocation_type::device};               ///< what the pool hands out
@@ -120,6 +138,42 @@ class mem_pool {
    * after clearing it from the runtime's last-error slot.
    */
   [[nodiscard]] static cudaError_t deallocate_async(void* ptr, cudaStream_t stream) noexcept;
+
+  // ---- IPC (src/ipc.cpp) ------------------------------------------------------------------------
+
+  /**
+   * @brief A POSIX file descriptor for this pool (`cudaMemPoolExportToShareableHandle`), owned by
+   * the caller: send it to another process (a Unix socket, `pidfd_getfd`) and close it. The pool
+   * must have been created with `export_handle::posix_fd` among its export handle types.
+   */
+  [[nodiscard]] int export_fd() const;
+
+  /**
+   * @brief The pool another process exported as `fd` (`cudaMemPoolImportFromShareableHandle`),
+   * owned by the returned object: `close()` destroys this process's import, never the
+   * exporter's pool. `location` and `type` are the exporter's. An imported pool cannot be
+   * allocated from or made current; its allocations come in through `import_pointer`.
+   */
+  [[nodiscard]] static mem_pool import_fd(int fd,
+                                          asyncmr::location location,
+                                          allocation_type type);
+
+  /// @brief True for a pool from `import_fd`.
+  [[nodiscard]] bool imported() const noexcept;
+
+  /**
+   * @brief Maps an allocation the exporting process made from this (imported) pool
+   * (`cudaMemPoolImportPointer`). It must not be used before the exporter's allocation completed
+   * on its stream. Release it with `release_imported`; the pool is not destroyed while imports
+   * are live.
+   */
+  [[nodiscard]] void* import_pointer(exported_pointer const& data) const;
+
+  /**
+   * @brief Releases an imported allocation: `cudaFreeAsync` on `stream`, then waits for it, so
+   * the exporter may free its allocation once every importer returned from this call.
+   */
+  void release_imported(void* ptr, cudaStream_t stream) const;
 
   /**
    * @brief Reads an attribute as a 64-bit value (booleans as 0/1).

@@ -13,6 +13,7 @@ from libcpp.vector cimport vector
 
 cdef extern from "cuda_runtime_api.h" nogil:
     ctypedef int cudaError_t
+    ctypedef void* cudaStream_t
 
 
 cdef extern from "_bridge.hpp" namespace "asyncmr_py" nogil:
@@ -56,6 +57,13 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         runtime
         driver_entry_point
         stand_in
+
+    cpdef enum class ExportHandle "asyncmr::export_handle" (int):
+        posix_fd
+        fabric
+
+    cdef cppclass exported_pointer:
+        unsigned char bytes[64]
 
     cdef cppclass location_t "asyncmr::location":
         LocationKind kind
@@ -120,6 +128,12 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         mem_pool make_current() except +translate_exception
         void close() except +translate_exception
         cbool operator==(const mem_pool&)
+        int export_fd() except +translate_exception
+        @staticmethod
+        mem_pool import_fd(int, location_t, AllocationType) except +translate_exception
+        cbool imported()
+        void* import_pointer(const exported_pointer&) except +translate_exception
+        void release_imported(void*, cudaStream_t) except +translate_exception
 
     cdef cppclass managed_resource_options:
         optional[int] device
@@ -152,6 +166,7 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         int device()
 
     uint64_t c_failed_deallocations "asyncmr::failed_deallocations"()
+    exported_pointer c_export_pointer "asyncmr::export_pointer"(void*) except +translate_exception
 
 
 cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr::testing" nogil:

@@ -264,17 +264,16 @@ cdef class MemPool:
 
         ``max_size`` bounds the pool's reserved bytes (0: the driver's default);
         ``release_threshold`` in bytes defaults to the maximum (keep what was reserved);
-        ``export_handle_types`` is an int of ``cudaMemAllocationHandleType`` bits (IPC).
+        ``export_handle_types`` makes the pool shareable with other processes: "posix_fd"
+        (see :meth:`export_fd`), "fabric", a list of those, or an int of
+        ``cudaMemAllocationHandleType`` bits.
         """
         cdef pool_properties props
         props.where = to_location(location)
         props.type = to_type(allocation_type)
         props.max_size = _validate.size("max_size", max_size, optional=False)
         props.release_threshold = to_bytes("release_threshold", release_threshold)
-        handles = 0 if export_handle_types is None else export_handle_types
-        if isinstance(handles, bool) or not isinstance(handles, int) or not 0 <= handles < 2**31:
-            raise TypeError(f"export_handle_types must be a non-negative int, got {handles!r}")
-        props.export_handle_types = handles
+        props.export_handle_types = _export_handle_bits(export_handle_types)
         return MemPool.wrap(mem_pool.create(props))
 
     @staticmethod
@@ -415,6 +414,50 @@ cdef class MemPool:
         """Destroy an owned pool now (a view just stops being usable here). Idempotent."""
         self.get().close()
 
+    # ---- IPC ----------------------------------------------------------------------------
+
+    def export_fd(self):
+        """A POSIX file descriptor for this pool, owned by the caller: send it to another
+        process (``socket.send_fds``, ``subprocess``'s ``pass_fds``) and close it with
+        ``os.close``. The pool must have been created with ``export_handle_types="posix_fd"``."""
+        return self.get().export_fd()
+
+    @staticmethod
+    def import_fd(fd, location, allocation_type):
+        """The pool another process exported as ``fd`` (see :meth:`export_fd`), owned by the
+        returned object: ``close()`` ends this process's import, never the exporter's pool.
+        ``location`` and ``allocation_type`` are the exporter's. An imported pool cannot be
+        allocated from; bring allocations in with :meth:`import_pointer`."""
+        if isinstance(fd, bool) or not isinstance(fd, int):
+            raise TypeError(f"fd must be an int file descriptor, got {type(fd).__name__}")
+        if not 0 <= fd < 2**31:
+            raise ValueError(f"fd must be a file descriptor (>= 0), got {fd}")
+        return MemPool.wrap(mem_pool.import_fd(fd, to_location(location), to_type(allocation_type)))
+
+    @property
+    def imported(self):
+        """True for a pool from :meth:`import_fd`."""
+        return self.get().imported()
+
+    def import_pointer(self, data, nbytes):
+        """Map an allocation the exporting process shared with :func:`export_pointer`
+        (``data``, 64 bytes) into this process; ``nbytes`` is its size as the exporter says.
+
+        Returns an :class:`ImportedAllocation`, which keeps this pool alive and is released
+        with ``release()``, at the end of a ``with`` block, or when it dies. Use it only after
+        the exporter's allocation completed on its stream; the exporter must not free its
+        allocation before every importer has released theirs.
+        """
+        cdef exported_pointer raw
+        view = memoryview(data).cast("B")
+        if view.nbytes != 64:
+            raise ValueError(f"data must be the 64 bytes export_pointer returned, got {view.nbytes}")
+        for i in range(64):
+            raw.bytes[i] = view[i]
+        n = _validate.size("nbytes", nbytes, optional=False)
+        cdef void* ptr = self.get().import_pointer(raw)
+        return ImportedAllocation._make(self, <uintptr_t>ptr, n)
+
     def __enter__(self):
         return self
 
@@ -435,6 +478,105 @@ cdef class MemPool:
             return "MemPool(<closed>)"
         return (f"MemPool(handle={self.handle:#x}, allocation_type={self.allocation_type!r}, "
                 f"location={self.location!r}, owned={self.owned})")
+
+
+def export_pointer(ptr):
+    """The 64 bytes another process needs to import allocation ``ptr`` (an int address from a
+    pool created with export handle types) with :meth:`MemPool.import_pointer`."""
+    if isinstance(ptr, bool) or not isinstance(ptr, int) or not 0 < ptr < 2**64:
+        raise TypeError(f"ptr must be a non-zero int address, got {ptr!r}")
+    cdef exported_pointer data = c_export_pointer(<void*><uintptr_t>ptr)
+    return bytes([data.bytes[i] for i in range(64)])
+
+
+_EXPORT_HANDLES = {h.name: h for h in ExportHandle}
+
+
+def _export_handle_bits(value):
+    """export_handle_types: None, a name ("posix_fd", "fabric"), names, or an int of bits."""
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 <= value < 2**31:
+            raise ValueError(f"export_handle_types must be in [0, 2**31), got {value}")
+        return value
+    if isinstance(value, bool):
+        raise TypeError("export_handle_types must be a name, names or an int, got bool")
+    try:
+        names = list(value)
+    except TypeError:
+        raise TypeError("export_handle_types must be 'posix_fd', 'fabric', a list of them, or "
+                        f"an int, got {type(value).__name__}") from None
+    bits = 0
+    for name in names:
+        handle = _EXPORT_HANDLES.get(name) if isinstance(name, str) else None
+        if handle is None:
+            raise ValueError(f"unknown export handle type {name!r}; expected one of "
+                             f"{tuple(_EXPORT_HANDLES)}")
+        bits |= int(handle)
+    return bits
+
+
+cdef class ImportedAllocation:
+    """An allocation of another process, mapped into this one by
+    :meth:`MemPool.import_pointer`. ``ptr`` is its address here, ``nbytes`` its size.
+
+    ``release(stream=None)`` frees the mapping (``cudaFreeAsync`` on ``stream``, then waits for
+    it, so the exporter may free its allocation once every importer returned); a ``with`` block
+    or the object's death releases it too. The imported pool lives at least as long.
+    """
+
+    cdef readonly MemPool pool
+    cdef readonly uintptr_t ptr
+    cdef readonly size_t nbytes
+    cdef cbool _live
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("use MemPool.import_pointer()")
+
+    @staticmethod
+    cdef ImportedAllocation _make(MemPool pool, uintptr_t ptr, size_t nbytes):
+        cdef ImportedAllocation self = ImportedAllocation.__new__(ImportedAllocation)
+        self.pool = pool
+        self.ptr = ptr
+        self.nbytes = nbytes
+        self._live = True
+        return self
+
+    @property
+    def released(self):
+        return not self._live
+
+    def release(self, Stream stream=DEFAULT_STREAM):
+        """Free the mapping in stream order on ``stream`` and wait for it. Idempotent."""
+        if not self._live:
+            return
+        stream = as_stream(stream)
+        cdef cudaStream_t s = <cudaStream_t><uintptr_t>stream._cuda_stream
+        cdef mem_pool* pool = self.pool.get()
+        self._live = False
+        with nogil:
+            pool.release_imported(<void*>self.ptr, s)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+    def __dealloc__(self):
+        if self._live and self.pool is not None:
+            try:
+                self.pool.get().release_imported(<void*>self.ptr, NULL)
+            except Exception:  # noqa: BLE001 - nothing can be raised from a finalizer
+                pass
+
+    def __repr__(self):
+        state = "released" if not self._live else "live"
+        return f"ImportedAllocation(ptr={self.ptr:#x}, nbytes={self.nbytes}, {state})"
 
 
 def _access_mode(value):

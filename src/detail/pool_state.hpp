@@ -24,7 +24,11 @@ struct pool_state {
   // Allocations between reading `handle` and the driver's return. close() parks the pool
   // instead of destroying it while this is non-zero (or anything is allocated from it).
   std::atomic<std::int64_t> in_flight{0};
+  // Allocations of another process mapped into this one (imported pools only): the import is
+  // not destroyed while any is live.
+  std::atomic<std::int64_t> live_imports{0};
   bool owned{false};
+  bool imported{false};
   std::optional<location> where{};
   std::optional<allocation_type> type{};
   std::optional<pool_properties> props{};
@@ -45,6 +49,10 @@ struct pool_state {
 
 // ---- the registry of owned pools (src/pool_registry.cpp) ------------------------------------
 
+/// True if nothing is allocated from `handle`, no allocation is in flight and no import is live
+/// (what `state` knows; a null `state` is being destroyed, so nothing can be in flight).
+[[nodiscard]] bool idle(cudaMemPool_t handle, pool_state const* state, bool imported) noexcept;
+
 /// Records a pool asyncmr owns, so that adopting its handle elsewhere shares `state`.
 void register_owned(std::shared_ptr<pool_state> const& state);
 
@@ -59,7 +67,7 @@ void register_owned(std::shared_ptr<pool_state> const& state);
  * is in flight, else trims and parks it; then destroys every parked pool that became empty.
  * `state` may be null when the state is being destroyed (nothing can then be in flight).
  */
-void retire(cudaMemPool_t handle, std::shared_ptr<pool_state> const& state) noexcept;
+void retire(cudaMemPool_t handle, std::shared_ptr<pool_state> const& state, bool imported) noexcept;
 
 /**
  * The process-wide pool asyncmr creates for `type` at `where` and never destroys, standing in

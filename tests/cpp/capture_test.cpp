@@ -3,7 +3,7 @@
  */
 
 // Capture safety. Pool attribute, trim, access and routing calls are refused by CUDA while a
-// capture is in progress, and the refusal invalidates the capture (../shared/FACTS.md); asyncmr
+// capture is in progress, and the refusal invalidates the capture (docs/DRIVER_FACTS.md); asyncmr
 // makes them in relaxed capture mode. Each test captures a kernel, makes the calls, and checks
 // that the capture ends cleanly and its graph runs. Allocation inside a capture becomes a graph
 // allocation node for device and managed@device pools, and is refused for host pools.

@@ -13,7 +13,7 @@ namespace asyncmr::detail {
  * Pool attribute, trim, access and routing calls are "unsafe" in the capture sense: while any
  * stream captures in global mode (or this thread captures in thread-local mode) the driver
  * refuses them AND invalidates the capture. In relaxed mode the same calls succeed and the
- * capture stays valid (measured on the H200, ../shared/FACTS.md). Every call in asyncmr that
+ * capture stays valid (measured on the H200, docs/DRIVER_FACTS.md). Every call in asyncmr that
  * touches a pool outside allocate/deallocate runs under one of these guards.
  */
 class relaxed_capture_guard {

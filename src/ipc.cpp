@@ -1,0 +1,142 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+
+// Sharing pools between processes: a pool exported as a POSIX file descriptor, imported
+// elsewhere, and allocations exported and imported one by one. The rules CUDA sets, which
+// these functions make hard to break: an importer must not use an allocation before the
+// exporter's allocation completed, and must release it before the exporter frees it; an
+// imported pool cannot be allocated from.
+
+#include "detail/pool_state.hpp"
+
+#include <asyncmr/capability.hpp>
+#include <asyncmr/detail/capture_mode.hpp>
+#include <asyncmr/error.hpp>
+#include <asyncmr/mem_pool.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace asyncmr {
+
+namespace {
+
+[[noreturn]] void refuse_export(cudaError_t status, char const* what)
+{
+  detail::clear_own_error(status);
+  if (status == cudaErrorInvalidValue || status == cudaErrorNotSupported) {
+    throw std::invalid_argument{
+      std::string{"asyncmr: the driver refused to export "} + what + " (" +
+      cudaGetErrorName(status) +
+      "): was the pool created with export_handle_types including posix_fd?"};
+  }
+  detail::throw_cuda_error(status, what);
+}
+
+}  // namespace
+
+exported_pointer export_pointer(void* ptr)
+{
+  if (ptr == nullptr) { throw std::invalid_argument{"asyncmr: cannot export a null pointer"}; }
+  static_assert(sizeof(exported_pointer) == sizeof(cudaMemPoolPtrExportData));
+  cudaMemPoolPtrExportData data{};
+  auto const status = cudaMemPoolExportPointer(&data, ptr);
+  if (status != cudaSuccess) { refuse_export(status, "an allocation (cudaMemPoolExportPointer)"); }
+  exported_pointer out;
+  std::memcpy(out.bytes, &data, sizeof data);
+  return out;
+}
+
+int mem_pool::export_fd() const
+{
+  cudaMemPool_t const h = handle();
+  if (state_->props &&
+      (state_->props->export_handle_types & static_cast<int>(export_handle::posix_fd)) == 0) {
+    throw std::invalid_argument{
+      "asyncmr: this pool was created without export_handle_types including posix_fd, so it "
+      "cannot be shared with another process"};
+  }
+  if (state_->imported) {
+    throw std::invalid_argument{"asyncmr: an imported pool cannot be exported again"};
+  }
+  int fd = -1;
+  detail::relaxed_capture_guard guard;
+  auto const status =
+    cudaMemPoolExportToShareableHandle(&fd, h, cudaMemHandleTypePosixFileDescriptor, 0);
+  if (status != cudaSuccess) { refuse_export(status, "the pool (cudaMemPoolExportToShareableHandle)"); }
+  return fd;
+}
+
+mem_pool mem_pool::import_fd(int fd, asyncmr::location location, allocation_type type)
+{
+  if (fd < 0) {
+    throw std::invalid_argument{"asyncmr: a pool file descriptor is >= 0, got " +
+                                std::to_string(fd)};
+  }
+  detail::validate_combination(location, type, false);
+  require_cuda();
+  cudaMemPool_t h = nullptr;
+  {
+    detail::relaxed_capture_guard guard;
+    auto const status = cudaMemPoolImportFromShareableHandle(
+      &h, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
+      cudaMemHandleTypePosixFileDescriptor, 0);
+    if (status == cudaErrorInvalidValue || status == cudaErrorInvalidResourceHandle) {
+      detail::clear_own_error(status);
+      throw std::invalid_argument{
+        "asyncmr: file descriptor " + std::to_string(fd) +
+        " is not an exported memory pool (cudaMemPoolImportFromShareableHandle: " +
+        cudaGetErrorName(status) + ")"};
+    }
+    ASYNCMR_CUDA_TRY(status);
+  }
+  auto state      = std::make_shared<detail::pool_state>();
+  state->handle   = h;
+  state->owned    = true;
+  state->imported = true;
+  state->where    = location;
+  state->type     = type;
+  return mem_pool{std::move(state)};
+}
+
+bool mem_pool::imported() const noexcept { return state_->imported; }
+
+void* mem_pool::import_pointer(exported_pointer const& data) const
+{
+  cudaMemPool_t const h = handle();
+  if (!state_->imported) {
+    throw std::invalid_argument{
+      "asyncmr: import_pointer needs an imported pool (mem_pool::import_fd)"};
+  }
+  cudaMemPoolPtrExportData raw{};
+  std::memcpy(&raw, data.bytes, sizeof raw);
+  void* ptr         = nullptr;
+  auto const status = cudaMemPoolImportPointer(&ptr, h, &raw);
+  if (status == cudaErrorInvalidValue) {
+    detail::clear_own_error(status);
+    throw std::invalid_argument{
+      "asyncmr: the driver refused the exported pointer data (cudaMemPoolImportPointer: "
+      "cudaErrorInvalidValue): it must come from export_pointer on an allocation of the pool "
+      "this one imports"};
+  }
+  ASYNCMR_CUDA_TRY(status);
+  state_->live_imports.fetch_add(1);
+  return ptr;
+}
+
+void mem_pool::release_imported(void* ptr, cudaStream_t stream) const
+{
+  if (!state_->imported) {
+    throw std::invalid_argument{"asyncmr: release_imported needs an imported pool"};
+  }
+  if (ptr == nullptr) { return; }
+  ASYNCMR_CUDA_TRY(cudaFreeAsync(ptr, stream));
+  auto const status = cudaStreamSynchronize(stream);
+  state_->live_imports.fetch_sub(1);  // the free has run: the import may be destroyed now
+  ASYNCMR_CUDA_TRY(status);
+}
+
+}  // namespace asyncmr
