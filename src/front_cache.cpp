@@ -4,6 +4,7 @@
 #include <asyncmr/detail/front_cache.hpp>
 
 #include <algorithm>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -34,6 +35,43 @@ void bucket_lock::lock_slow() noexcept
 
 // ---- one stream's bucket --------------------------------------------------------------------
 
+namespace {
+
+/// Allocates whole cache lines: the block lists of two streams' buckets never share a line (a
+/// list of a few pointers from plain malloc would sit next to another stream's, and every put
+/// writes into it: false sharing between threads that otherwise touch nothing in common).
+template <class T>
+struct line_allocator {
+  using value_type                = T;
+  static constexpr std::size_t line = 64;
+  line_allocator() noexcept       = default;
+  template <class U>
+  line_allocator(line_allocator<U> const&) noexcept
+  {
+  }
+  [[nodiscard]] T* allocate(std::size_t n)
+  {
+    return static_cast<T*>(::operator new(rounded(n), std::align_val_t{line}));
+  }
+  void deallocate(T* p, std::size_t n) noexcept
+  {
+    ::operator delete(p, rounded(n), std::align_val_t{line});
+  }
+  static std::size_t rounded(std::size_t n) noexcept
+  {
+    return (n * sizeof(T) + line - 1) / line * line;
+  }
+  template <class U>
+  bool operator==(line_allocator<U> const&) const noexcept
+  {
+    return true;
+  }
+};
+
+using block_list = std::vector<void*, line_allocator<void*>>;
+
+}  // namespace
+
 struct alignas(64) front_cache::bucket {
   // Everything below is guarded by `lock`; `key` is written under both `lock` and the registry
   // mutex (only when an empty bucket is recycled for another stream).
@@ -46,7 +84,7 @@ struct alignas(64) front_cache::bucket {
   std::uint64_t misses{};
   std::uint64_t refused_cap{};
   std::uint64_t refused_uncacheable{};
-  std::array<std::vector<void*>, class_count> free;  // LIFO per class: the warmest block first
+  std::array<block_list, class_count> free;  // LIFO per class: the warmest block first
 };
 
 // ---- the thread-local lookup ----------------------------------------------------------------
@@ -94,6 +132,12 @@ void forget_entry(std::uint64_t cache_id, stream_key key) noexcept
 // that creates and destroys streams forever (stream ids are never reused) does not grow the
 // registry forever.
 constexpr std::size_t recycle_after = 64;
+
+constexpr auto class_table = [] {
+  std::array<std::size_t, front_cache::class_count> t{};
+  for (std::size_t i = 0; i < t.size(); ++i) { t[i] = front_cache::class_bytes(i); }
+  return t;
+}();
 
 std::size_t largest_class_at_most(std::size_t bytes) noexcept
 {
@@ -276,7 +320,7 @@ void* front_cache::take(stream_key stream, std::size_t bytes) noexcept
   }
   void* const ptr = list.back();
   list.pop_back();
-  std::size_t const c = class_bytes(idx);
+  std::size_t const c = class_table[idx];
   b->cached -= c;
   --b->blocks;
   b->credit += c;
@@ -297,7 +341,7 @@ bool front_cache::put(stream_key stream, void* ptr, std::size_t bytes) noexcept
     return false;
   }
   std::size_t const idx = class_index(bytes);
-  std::size_t const c   = class_bytes(idx);
+  std::size_t const c   = class_table[idx];
   if (b->credit < c && !reserve(*b, c)) {
     // Never wait for the registry while holding a bucket (drain and recycling lock the other
     // way round).
@@ -342,7 +386,7 @@ void front_cache::drain_impl(bool one, stream_key stream, drain_fn f, void* ctx)
     }
   }
   // Nothing below throws: a drain either happens per bucket in full or not at all.
-  std::array<std::vector<void*>, class_count> taken;
+  std::array<block_list, class_count> taken;
   for (bucket* const b : list) {
     b->lock.lock();
     if (one && b->key != stream) {  // recycled since the registry said so: nothing of ours
