@@ -5,9 +5,13 @@
 #include <asyncmr/async_managed_memory_resource.hpp>
 #include <asyncmr/async_pinned_memory_resource.hpp>
 #include <asyncmr/capability.hpp>
+#include <asyncmr/detail/capture_mode.hpp>
 #include <asyncmr/error.hpp>
 
 #include <rmm/logger.hpp>
+
+#include <mutex>
+#include <unordered_set>
 
 #include <atomic>
 #include <cassert>
@@ -70,6 +74,14 @@ void require_devices(std::optional<std::vector<int>> const& devices)
   }
 }
 
+void require_cache_cap(std::size_t cap)
+{
+  if (cap != 0 && (cap < front_cache::min_class_bytes || cap > front_cache::max_cap)) {
+    throw std::invalid_argument{"asyncmr: cache must be 0 (no cache) or a cap in [256 B, 1 PiB], "
+                                "got " + std::to_string(cap) + " bytes"};
+  }
+}
+
 mem_pool acquire_pool(pool_request const& request)
 {
   // Every argument is checked before the first change to a (possibly shared) pool, so a
@@ -104,11 +116,120 @@ void configure_adopted_pool(mem_pool& pool,
   if (host_pool) { grant_access(pool, accessible_from); }
 }
 
-// ---- allocation -------------------------------------------------------------------------
+// ---- the front cache --------------------------------------------------------------------
 
 namespace {
+
 std::atomic<std::uint64_t> refused_frees{0};
+
+// True when `stream` is capturing, or when that cannot be told (then the cache stays out).
+bool capturing(cudaStream_t stream) noexcept
+{
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  auto const e                   = cudaStreamIsCapturing(stream, &status);
+  clear_own_error(e);
+  return e != cudaSuccess || status != cudaStreamCaptureStatusNone;
+}
+
+// The stream's id, unique for the life of the process (special handles resolve to the calling
+// thread's or device's stream); false when the runtime cannot say.
+bool key_of(cudaStream_t stream, stream_key& key) noexcept
+{
+  unsigned long long id = 0;
+  auto const e          = cudaStreamGetId(stream, &id);
+  clear_own_error(e);
+  key = id;
+  return e == cudaSuccess;
+}
+
+// Waits for every visible device, so no stream still uses any cached block.
+void synchronize_devices() noexcept
+{
+  relaxed_capture_guard guard;
+  int count = 0;
+  int current = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || cudaGetDevice(&current) != cudaSuccess) {
+    clear_own_error(cudaErrorInvalidValue);
+    return;
+  }
+  for (int d = 0; d < count; ++d) {
+    if (cudaSetDevice(d) == cudaSuccess) { clear_own_error(cudaDeviceSynchronize()); }
+  }
+  clear_own_error(cudaSetDevice(current));
+}
+
 }  // namespace
+
+struct pool_resource_base::cache_state {
+  front_cache cache;
+  // Blocks allocated inside a capture belong to the graph and must never enter the cache.
+  std::mutex captured_mutex;
+  std::unordered_set<void*> captured;
+  std::atomic<std::size_t> captured_count{0};
+
+  explicit cache_state(std::size_t cap) : cache{cap} {}
+  cache_state(cache_state const&)            = delete;
+  cache_state& operator=(cache_state const&) = delete;
+  ~cache_state() { release(); }
+
+  void remember_captured(void* ptr)
+  {
+    std::lock_guard<std::mutex> lock{captured_mutex};
+    captured.insert(ptr);
+    captured_count.store(captured.size(), std::memory_order_release);
+  }
+
+  bool forget_captured(void* ptr) noexcept
+  {
+    if (captured_count.load(std::memory_order_acquire) == 0) { return false; }
+    std::lock_guard<std::mutex> lock{captured_mutex};
+    bool const found = captured.erase(ptr) != 0;
+    captured_count.store(captured.size(), std::memory_order_release);
+    return found;
+  }
+
+  void release() noexcept
+  {
+    if (cache.stats().cached_blocks == 0) { return; }
+    synchronize_devices();
+    cache.drain([](stream_key, void* ptr, std::size_t) noexcept {
+      clear_own_error(cudaFreeAsync(ptr, cudaStreamPerThread));
+    });
+    clear_own_error(cudaStreamSynchronize(cudaStreamPerThread));
+  }
+};
+
+pool_resource_base::pool_resource_base(mem_pool pool, std::size_t cache_bytes)
+  : pool_{std::move(pool)},
+    cache_{cache_bytes != 0 ? std::make_shared<cache_state>(cache_bytes) : nullptr}
+{
+}
+
+pool_resource_base::~pool_resource_base() = default;
+
+std::size_t pool_resource_base::cache_capacity() const noexcept
+{
+  return cache_ ? cache_->cache.cap() : 0;
+}
+
+std::optional<front_cache_stats> pool_resource_base::cache_stats() const
+{
+  if (!cache_) { return std::nullopt; }
+  return cache_->cache.stats();
+}
+
+void pool_resource_base::release_cache()
+{
+  if (cache_) { cache_->release(); }
+}
+
+void pool_resource_base::trim_to(std::size_t min_bytes_to_keep)
+{
+  release_cache();
+  pool_.trim_to(min_bytes_to_keep);
+}
+
+// ---- allocation -------------------------------------------------------------------------
 
 void* pool_resource_base::allocate(cuda::stream_ref stream, std::size_t bytes, std::size_t alignment)
 {
@@ -117,15 +238,43 @@ void* pool_resource_base::allocate(cuda::stream_ref stream, std::size_t bytes, s
                                 " is not a power of two <= 256"};
   }
   if (bytes == 0) { return nullptr; }
-  return pool_.allocate_async(bytes, stream.get());
+  cudaStream_t const s = stream.get();
+  if (cache_) {
+    auto& c               = *cache_;
+    std::size_t const cls = c.cache.class_size(bytes);
+    if (cls != 0) {
+      if (capturing(s)) {
+        void* ptr = pool_.allocate_async(cls, s);
+        c.remember_captured(ptr);
+        return ptr;
+      }
+      stream_key key{};
+      if (key_of(s, key)) {
+        if (pool_.closed()) {
+          throw pool_closed_error{"asyncmr: allocating from a memory pool that was closed"};
+        }
+        if (void* ptr = c.cache.take(key, bytes)) { return ptr; }
+      }
+      // Every cacheable block has its class size, so any block of the class can serve a later
+      // request of the class.
+      return pool_.allocate_async(cls, s);
+    }
+  }
+  return pool_.allocate_async(bytes, s);
 }
 
 cudaError_t pool_resource_base::deallocate_checked(cuda::stream_ref stream,
                                                    void* ptr,
-                                                   std::size_t) noexcept
+                                                   std::size_t bytes) noexcept
 {
   if (ptr == nullptr) { return cudaSuccess; }
-  auto const status = mem_pool::deallocate_async(ptr, stream.get());
+  cudaStream_t const s = stream.get();
+  if (cache_ && cache_->cache.class_size(bytes) != 0 && !cache_->forget_captured(ptr) &&
+      !capturing(s)) {
+    stream_key key{};
+    if (key_of(s, key) && cache_->cache.put(key, ptr, bytes)) { return cudaSuccess; }
+  }
+  auto const status = mem_pool::deallocate_async(ptr, s);
   if (status != cudaSuccess) { refused_frees.fetch_add(1, std::memory_order_relaxed); }
   return status;
 }
@@ -177,6 +326,7 @@ location managed_location(managed_resource_options const& o, int device)
 
 async_managed_memory_resource::async_managed_memory_resource(managed_resource_options const& o)
   : pool_resource_base{[&] {
+      detail::require_cache_cap(o.cache);  // before any pool is touched
       int const device = detail::resolve_device(o.device);
       return detail::acquire_pool({.type              = allocation_type::managed,
                                    .location          = managed_location(o, device),
@@ -184,7 +334,7 @@ async_managed_memory_resource::async_managed_memory_resource(managed_resource_op
                                    .release_threshold = o.release_threshold,
                                    .accessible_from   = o.accessible_from,
                                    .device            = device});
-    }()},
+    }(), o.cache},
     device_{o.device ? *o.device : current_device()}
 {
 }
@@ -192,6 +342,7 @@ async_managed_memory_resource::async_managed_memory_resource(managed_resource_op
 async_managed_memory_resource::async_managed_memory_resource(mem_pool pool,
                                                              managed_resource_options const& o)
   : pool_resource_base{[&] {
+      detail::require_cache_cap(o.cache);  // before any pool is touched
       static_cast<void>(pool.handle());
       detail::require_type(pool, allocation_type::managed, "AsyncManagedMR");
       // A host-located managed pool starts with no device access. When the driver cannot
@@ -202,13 +353,14 @@ async_managed_memory_resource::async_managed_memory_resource(mem_pool pool,
                             : pool.access(detail::resolve_device(o.device)) == access_mode::none;
       detail::configure_adopted_pool(pool, o.release_threshold, o.accessible_from, remote);
       return pool;
-    }()},
+    }(), o.cache},
     device_{detail::resolve_device(o.device)}
 {
 }
 
 async_pinned_memory_resource::async_pinned_memory_resource(pinned_resource_options const& o)
   : pool_resource_base{[&] {
+      detail::require_cache_cap(o.cache);  // before any pool is touched
       auto const where = o.numa_node ? location::host_numa(*o.numa_node) : location::host();
       return detail::acquire_pool({.type              = allocation_type::pinned,
                                    .location          = where,
@@ -216,29 +368,31 @@ async_pinned_memory_resource::async_pinned_memory_resource(pinned_resource_optio
                                    .release_threshold = o.release_threshold,
                                    .accessible_from   = o.accessible_from,
                                    .device            = current_device()});
-    }()}
+    }(), o.cache}
 {
 }
 
 async_pinned_memory_resource::async_pinned_memory_resource(mem_pool pool,
                                                            pinned_resource_options const& o)
   : pool_resource_base{[&] {
+      detail::require_cache_cap(o.cache);  // before any pool is touched
       detail::require_type(pool, allocation_type::pinned, "AsyncPinnedMR");
       detail::configure_adopted_pool(pool, o.release_threshold, o.accessible_from, true);
       return pool;
-    }()}
+    }(), o.cache}
 {
 }
 
 async_device_memory_resource::async_device_memory_resource(device_resource_options const& o)
   : pool_resource_base{[&] {
+      detail::require_cache_cap(o.cache);  // before any pool is touched
       int const device = detail::resolve_device(o.device);
       return detail::acquire_pool({.type              = allocation_type::device,
                                    .location          = location::device(device),
                                    .source            = o.source,
                                    .release_threshold = o.release_threshold,
                                    .device            = device});
-    }()},
+    }(), o.cache},
     device_{o.device ? *o.device : current_device()}
 {
 }
@@ -246,10 +400,11 @@ async_device_memory_resource::async_device_memory_resource(device_resource_optio
 async_device_memory_resource::async_device_memory_resource(mem_pool pool,
                                                            device_resource_options const& o)
   : pool_resource_base{[&] {
+      detail::require_cache_cap(o.cache);  // before any pool is touched
       detail::require_type(pool, allocation_type::device, "AsyncDeviceMR");
       detail::configure_adopted_pool(pool, o.release_threshold, std::nullopt, false);
       return pool;
-    }()},
+    }(), o.cache},
     device_{[&] {
       auto const w = this->pool().location();
       return (w && w->kind == location_kind::device) ? w->id : detail::resolve_device(o.device);

@@ -16,6 +16,7 @@ struct device_resource_options {
   std::optional<int> device{};                       ///< unset: the current device
   pool_source source{pool_source::default_pool};     ///< which pool
   std::optional<std::uint64_t> release_threshold{};  ///< bytes; see the constructor
+  std::size_t cache{0};  ///< byte cap of the per-stream front cache; 0 = no cache
 };
 
 /**

@@ -19,6 +19,7 @@ struct managed_resource_options {
   std::optional<asyncmr::location> location{};        ///< unset: `location::device(device)`
   std::optional<std::uint64_t> release_threshold{};   ///< bytes; see the constructor
   std::optional<std::vector<int>> accessible_from{};  ///< host-located pools; unset = all devices
+  std::size_t cache{0};  ///< byte cap of the per-stream front cache; 0 = no cache
 };
 
 /**

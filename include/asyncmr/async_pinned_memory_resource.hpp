@@ -18,6 +18,7 @@ struct pinned_resource_options {
   std::optional<int> numa_node{};                     ///< unset: any host memory
   std::optional<std::uint64_t> release_threshold{};   ///< bytes; see the constructor
   std::optional<std::vector<int>> accessible_from{};  ///< unset: every visible device
+  std::size_t cache{0};  ///< byte cap of the per-stream front cache; 0 = no cache
 };
 
 /**

@@ -141,20 +141,38 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         optional[location_t] where "location"
         optional[uint64_t] release_threshold
         optional[vector[int]] accessible_from
+        size_t cache
 
     cdef cppclass pinned_resource_options:
         PoolSource source
         optional[int] numa_node
         optional[uint64_t] release_threshold
         optional[vector[int]] accessible_from
+        size_t cache
 
     cdef cppclass device_resource_options:
         optional[int] device
         PoolSource source
         optional[uint64_t] release_threshold
+        size_t cache
+
+    cdef cppclass front_cache_stats "asyncmr::detail::front_cache_stats":
+        uint64_t hits
+        uint64_t misses
+        uint64_t refused_cap
+        uint64_t refused_uncacheable
+        size_t cached_bytes
+        size_t cached_blocks
+        size_t charged_bytes
+        size_t charged_high
+        size_t streams
 
     cdef cppclass pool_resource_base "asyncmr::detail::pool_resource_base":
         const mem_pool& pool()
+        size_t cache_capacity()
+        optional[front_cache_stats] cache_stats() except +translate_exception
+        void release_cache() except +translate_exception
+        void trim_to(size_t) except +translate_exception
 
     cdef cppclass async_managed_memory_resource(pool_resource_base):
         int device()

@@ -613,11 +613,13 @@ cdef class _PoolResource(DeviceMemoryResource):
     cdef mem_pool* _adopt  # the adopted pool while a subclass builds, else NULL
     cdef object _adopted   # keeps it alive meanwhile
 
-    cdef _prepare(self, pool, release_threshold, PoolSource* source,
-                  optional[uint64_t]* threshold):
-        """The options every resource takes: which pool (adopting an int or a MemPool) and
-        the release threshold."""
+    cdef _prepare(self, pool, release_threshold, cache, PoolSource* source,
+                  optional[uint64_t]* threshold, size_t* cache_cap):
+        """The options every resource takes: which pool (adopting an int or a MemPool), the
+        release threshold and the front cache's cap (bytes; None or 0: no cache)."""
         threshold[0] = to_bytes("release_threshold", release_threshold)
+        cap = _validate.size("cache", cache)
+        cache_cap[0] = 0 if cap is None else cap
         name, adopted = _validate.pool(pool)
         source[0] = POOL_SOURCES[name] if adopted is None else PoolSource.default_pool
         self._adopt = NULL
@@ -735,8 +737,36 @@ cdef class _PoolResource(DeviceMemoryResource):
         return self.pool.attributes
 
     def trim_to(self, min_bytes_to_keep=0):
-        """Release the pool's unused reserved memory down to ``min_bytes_to_keep`` bytes."""
-        self.pool.trim_to(min_bytes_to_keep)
+        """Empty the front cache (if any), then release the pool's unused reserved memory down
+        to ``min_bytes_to_keep`` bytes. With a cache this synchronizes every device first."""
+        cdef size_t keep = _validate.size("min_bytes_to_keep", min_bytes_to_keep, optional=False)
+        with nogil:
+            self.c_base.trim_to(keep)
+
+    def release_cache(self):
+        """Give every block in the front cache back to the pool (synchronizing every device
+        first, so no stream still uses one). No-op without a cache."""
+        with nogil:
+            self.c_base.release_cache()
+
+    @property
+    def cache_info(self):
+        """The front cache's state, or None without one: ``cap`` (bytes), ``bytes`` and
+        ``blocks`` cached now, ``hits``, ``misses``, ``refused_cap`` (frees the cap turned away),
+        ``refused_uncacheable``, ``charged_high`` (peak of cached bytes plus reserved credit,
+        an upper bound of the cached peak, never above ``cap``), ``streams``.
+
+        Cached blocks are allocated from the pool: the pool's ``used_mem_current`` and peaks
+        count them.
+        """
+        cdef optional[front_cache_stats] st = self.c_base.cache_stats()
+        if not st.has_value():
+            return None
+        cdef front_cache_stats v = st.value()
+        return {"cap": self.c_base.cache_capacity(), "bytes": v.cached_bytes,
+                "blocks": v.cached_blocks, "hits": v.hits, "misses": v.misses,
+                "refused_cap": v.refused_cap, "refused_uncacheable": v.refused_uncacheable,
+                "charged_high": v.charged_high, "streams": v.streams}
 
     def trim(self, min_bytes_to_keep=0):
         """Deprecated alias of :meth:`trim_to`."""
@@ -786,6 +816,10 @@ cdef class AsyncManagedMR(_PoolResource):
         owned pools get the maximum. Set (0 included): applied exactly.
     accessible_from : "all" | int | list of int
         Devices granted read-write access when the pool is located on the host.
+    cache : int, optional
+        Byte cap of a per-stream front cache of freed blocks (default: none). A block freed on
+        a stream is handed back to the next allocation of its size class on that stream,
+        without the driver; see :attr:`cache_info` and the README's "Front cache".
 
     Host code may touch a block only after the stream it was allocated on has reached the
     allocation (synchronize, or wait on an event recorded after it).
@@ -795,9 +829,9 @@ cdef class AsyncManagedMR(_PoolResource):
     _allocation_type = "managed"
 
     def __cinit__(self, device=None, *, pool="default", location=None,
-                  release_threshold=None, accessible_from="all"):
+                  release_threshold=None, accessible_from="all", cache=None):
         cdef managed_resource_options o
-        self._prepare(pool, release_threshold, &o.source, &o.release_threshold)
+        self._prepare(pool, release_threshold, cache, &o.source, &o.release_threshold, &o.cache)
         o.device = to_ordinal(device, "device")
         if location is not None:
             o.where = optional[location_t](to_location(location))
@@ -827,15 +861,19 @@ cdef class AsyncPinnedMR(_PoolResource):
         process-wide effect.
     release_threshold : int, optional
         As for :class:`AsyncManagedMR`.
+    cache : int, optional
+        Byte cap of a per-stream front cache of freed blocks (default: none). A block freed on
+        a stream is handed back to the next allocation of its size class on that stream,
+        without the driver; see :attr:`cache_info` and the README's "Front cache".
     """
 
     cdef shared_ptr[async_pinned_memory_resource] c_obj
     _allocation_type = "pinned"
 
     def __cinit__(self, *, pool="default", numa_node=None, accessible_from="all",
-                  release_threshold=None):
+                  release_threshold=None, cache=None):
         cdef pinned_resource_options o
-        self._prepare(pool, release_threshold, &o.source, &o.release_threshold)
+        self._prepare(pool, release_threshold, cache, &o.source, &o.release_threshold, &o.cache)
         o.numa_node = to_ordinal(numa_node, "numa_node")
         o.accessible_from = to_devices(accessible_from)
         self.c_obj = make_resource[async_pinned_memory_resource, pinned_resource_options](
@@ -859,14 +897,18 @@ cdef class AsyncDeviceMR(_PoolResource):
         As for :class:`AsyncManagedMR`; the default pool is the one ``cudaMallocAsync`` uses.
     release_threshold : int, optional
         As for :class:`AsyncManagedMR`.
+    cache : int, optional
+        Byte cap of a per-stream front cache of freed blocks (default: none). A block freed on
+        a stream is handed back to the next allocation of its size class on that stream,
+        without the driver; see :attr:`cache_info` and the README's "Front cache".
     """
 
     cdef shared_ptr[async_device_memory_resource] c_obj
     _allocation_type = "device"
 
-    def __cinit__(self, device=None, *, pool="default", release_threshold=None):
+    def __cinit__(self, device=None, *, pool="default", release_threshold=None, cache=None):
         cdef device_resource_options o
-        self._prepare(pool, release_threshold, &o.source, &o.release_threshold)
+        self._prepare(pool, release_threshold, cache, &o.source, &o.release_threshold, &o.cache)
         o.device = to_ordinal(device, "device")
         self.c_obj = make_resource[async_device_memory_resource, device_resource_options](
             self._adopt, o)

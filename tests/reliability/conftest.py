@@ -36,6 +36,9 @@ def probe_resource():
 
 
 def pytest_terminal_summary(terminalreporter):
+    if h.CACHE:
+        h.record("front cache", f"every resource behind a front cache of {h.CACHE} bytes "
+                 "(ASYNCMR_TEST_CACHE)")
     lines = h.figures()
     if lines:
         terminalreporter.section("asyncmr reliability figures")

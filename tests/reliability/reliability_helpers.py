@@ -174,11 +174,16 @@ def device_view(ptr: int, words: int, owner=None):
 KINDS = ("device", "managed", "pinned")
 POOL_CHOICES = ("default", "current", "new")
 HOST_ACCESSIBLE = {"device": False, "managed": True, "pinned": True}
+#: ci/gpu.sh runs the stress, capture and lifetime suites a second time with every resource
+#: they make behind a front cache of this many bytes (0: none).
+CACHE = int(os.environ.get("ASYNCMR_TEST_CACHE", "0") or 0)
 
 
 def make_resource(kind: str, pool="default", **kwargs):
     cls = {"device": asyncmr.AsyncDeviceMR, "managed": asyncmr.AsyncManagedMR,
            "pinned": asyncmr.AsyncPinnedMR}[kind]
+    if CACHE:
+        kwargs.setdefault("cache", CACHE)
     return cls(pool=pool, **kwargs)
 
 

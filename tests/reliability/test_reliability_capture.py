@@ -185,8 +185,8 @@ class Capturer:
 
 def test_capture_cycles_stay_valid_under_pool_control(gpu, kernels, cp):
     assert CYCLES >= 2
-    dev_mr, man_mr, pin_mr = AsyncDeviceMR(), AsyncManagedMR(), AsyncPinnedMR()
-    own_mr = AsyncDeviceMR(pool="new")
+    dev_mr, man_mr, pin_mr = (h.make_resource(k) for k in ("device", "managed", "pinned"))
+    own_mr = h.make_resource("device", "new")
     routed = [("device", MemPool.create(Location.device(0), "device"), Location.device(0),
                "device"),
               ("managed", MemPool.create(Location.device(0), "managed"), Location.device(0),

@@ -3,6 +3,7 @@
  */
 #pragma once
 
+#include <asyncmr/detail/front_cache.hpp>
 #include <asyncmr/location.hpp>
 #include <asyncmr/mem_pool.hpp>
 
@@ -12,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -50,9 +52,21 @@ void configure_adopted_pool(mem_pool& pool,
                             std::optional<std::vector<int>> const& accessible_from,
                             bool host_pool);
 
+struct capture_blocks;
+
 /**
  * @brief What the three resources share: stream-ordered allocation from one `mem_pool`
- * (`cudaMallocFromPoolAsync` / `cudaFreeAsync`), and the pool itself.
+ * (`cudaMallocFromPoolAsync` / `cudaFreeAsync`), optionally behind a per-stream front cache,
+ * and the pool itself. Copies share the pool and the cache.
+ *
+ * The front cache (`cache` bytes > 0) keeps freed blocks per stream, in size classes, and hands
+ * a block freed on stream S only to a later allocation on S (stream order makes that safe with
+ * no event). Streams are told apart by `cudaStreamGetId`, so the per-thread default stream of
+ * two threads, or a new stream that reuses a destroyed stream's handle, never share blocks.
+ * While a stream captures, the cache is bypassed, and a block allocated inside a capture is
+ * never cached. Cached blocks count as used in the pool's attributes; `cache_stats()` reports
+ * them on their own. `trim_to` and destruction synchronize every device, then free the cached
+ * blocks to the pool. A double free of a cached size is not detected by the cache.
  */
 class pool_resource_base {
  public:
@@ -95,15 +109,40 @@ class pool_resource_base {
   /// @brief True if the pool is destroyed with the resource (`pool_source::new_pool`).
   [[nodiscard]] bool owns_pool() const noexcept { return pool_.owned(); }
 
+  /// @brief The front cache's byte cap; 0 without a cache.
+  [[nodiscard]] std::size_t cache_capacity() const noexcept;
+  /// @brief The front cache's counters (cached bytes and blocks, hits, ...); none without one.
+  [[nodiscard]] std::optional<front_cache_stats> cache_stats() const;
+  /**
+   * @brief Empties the front cache: synchronizes every visible device (so no stream still uses
+   * a cached block), then frees the cached blocks to the pool. Process-wide effect: the device
+   * synchronizations.
+   */
+  void release_cache();
+  /**
+   * @brief Empties the front cache (`release_cache`), then releases the pool's unused reserved
+   * memory down to `min_bytes_to_keep` bytes (`mem_pool::trim_to`).
+   */
+  void trim_to(std::size_t min_bytes_to_keep = 0);
+
  protected:
-  explicit pool_resource_base(mem_pool pool) noexcept : pool_{std::move(pool)} {}
+  explicit pool_resource_base(mem_pool pool, std::size_t cache_bytes = 0);
+  ~pool_resource_base();
+  pool_resource_base(pool_resource_base const&)            = default;
+  pool_resource_base& operator=(pool_resource_base const&) = default;
+  pool_resource_base(pool_resource_base&&) noexcept        = default;
+  pool_resource_base& operator=(pool_resource_base&&) noexcept = default;
+
   [[nodiscard]] bool same_pool(pool_resource_base const& other) const noexcept
   {
     return pool_ == other.pool_;
   }
 
  private:
+  struct cache_state;
   mem_pool pool_;
+  // Shared by copies; the last copy empties the cache.
+  std::shared_ptr<cache_state> cache_;
 };
 
 }  // namespace detail
