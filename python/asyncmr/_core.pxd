@@ -209,6 +209,12 @@ cdef extern from "_bridge.hpp" namespace "asyncmr_py" nogil:
     const char* error_text(cudaError_t)
 
 
+# ---- the extension types, declared here so other modules (asyncmr._cudf) can cimport them ----
+
+from rmm.librmm.memory_resource cimport device_async_resource_ref
+from rmm.pylibrmm.memory_resource._memory_resource cimport DeviceMemoryResource
+
+
 cdef class MemPool:
     cdef unique_ptr[mem_pool] c_pool
     cdef object _hash_key
@@ -217,3 +223,30 @@ cdef class MemPool:
     @staticmethod
     cdef MemPool wrap(const mem_pool& pool)
     cdef mem_pool* get(self) except NULL
+
+
+cdef class _PoolResource(DeviceMemoryResource):
+    cdef readonly MemPool pool
+    cdef pool_resource_base* c_base
+    cdef int _gil
+    cdef int64_t _headroom
+    cdef uint32_t _since_refresh
+    cdef mem_pool* _adopt   # the adopted pool while a subclass builds, else NULL
+    cdef object _adopted    # keeps it alive meanwhile
+
+    cdef _prepare(self, pool, release_threshold, cache, PoolSource* source,
+                  optional[uint64_t]* threshold, size_t* cache_cap)
+    cdef _bind(self, pool_resource_base* base, optional[device_async_resource_ref] ref)
+    cdef void _refresh_headroom(self) noexcept
+
+
+cdef class AsyncManagedMR(_PoolResource):
+    cdef shared_ptr[async_managed_memory_resource] c_obj
+
+
+cdef class AsyncPinnedMR(_PoolResource):
+    cdef shared_ptr[async_pinned_memory_resource] c_obj
+
+
+cdef class AsyncDeviceMR(_PoolResource):
+    cdef shared_ptr[async_device_memory_resource] c_obj

@@ -12,8 +12,6 @@ from libcpp.memory cimport shared_ptr, unique_ptr
 from libcpp.optional cimport optional, nullopt
 from libcpp.vector cimport vector
 
-from rmm.librmm.memory_resource cimport device_async_resource_ref
-from rmm.pylibrmm.memory_resource._memory_resource cimport DeviceMemoryResource
 from rmm.pylibrmm.stream cimport Stream
 from rmm.pylibrmm.utils cimport as_stream
 
@@ -605,13 +603,6 @@ cdef class _PoolResource(DeviceMemoryResource):
     Subclasses build their C++ resource from their options and call :meth:`_bind`.
     """
 
-    cdef readonly MemPool pool
-    cdef pool_resource_base* c_base
-    cdef int _gil
-    cdef int64_t _headroom
-    cdef uint32_t _since_refresh
-    cdef mem_pool* _adopt  # the adopted pool while a subclass builds, else NULL
-    cdef object _adopted   # keeps it alive meanwhile
 
     cdef _prepare(self, pool, release_threshold, cache, PoolSource* source,
                   optional[uint64_t]* threshold, size_t* cache_cap):
@@ -825,7 +816,6 @@ cdef class AsyncManagedMR(_PoolResource):
     allocation (synchronize, or wait on an event recorded after it).
     """
 
-    cdef shared_ptr[async_managed_memory_resource] c_obj
     _allocation_type = "managed"
 
     def __cinit__(self, device=None, *, pool="default", location=None,
@@ -867,7 +857,6 @@ cdef class AsyncPinnedMR(_PoolResource):
         without the driver; see :attr:`cache_info` and the README's "Front cache".
     """
 
-    cdef shared_ptr[async_pinned_memory_resource] c_obj
     _allocation_type = "pinned"
 
     def __cinit__(self, *, pool="default", numa_node=None, accessible_from="all",
@@ -903,7 +892,6 @@ cdef class AsyncDeviceMR(_PoolResource):
         without the driver; see :attr:`cache_info` and the README's "Front cache".
     """
 
-    cdef shared_ptr[async_device_memory_resource] c_obj
     _allocation_type = "device"
 
     def __cinit__(self, device=None, *, pool="default", release_threshold=None, cache=None):
