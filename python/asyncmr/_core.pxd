@@ -184,6 +184,8 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         int device()
 
     uint64_t c_failed_deallocations "asyncmr::failed_deallocations"()
+    void validate_combination "asyncmr::detail::validate_combination"(
+        const location_t&, AllocationType, cbool) except +translate_exception
     exported_pointer c_export_pointer "asyncmr::export_pointer"(void*) except +translate_exception
 
 

@@ -175,6 +175,11 @@ def _decide_pool_support(*, driver, build, loc, allocation_type, source="default
                          host_memory_pools=True, host_numa_memory_pools=True):
     """Tests and ``asyncmr info``: the support decision for a platform given by value (no CUDA
     call). Returns ``(path name or None, reason)``."""
+    cdef location_t c_loc = to_location(loc)
+    cdef AllocationType t = to_type(allocation_type)
+    if source not in POOL_SOURCES:
+        raise ValueError(f"source must be one of {tuple(POOL_SOURCES)}, got {source!r}")
+    validate_combination(c_loc, t, source == "new")
     cdef platform p
     p.driver = driver
     p.build = build
@@ -182,8 +187,7 @@ def _decide_pool_support(*, driver, build, loc, allocation_type, source="default
     p.device.concurrent_managed_access = concurrent_managed_access
     p.device.host_memory_pools = host_memory_pools
     p.device.host_numa_memory_pools = host_numa_memory_pools
-    return _support_result(decide_pool_support(p, to_location(loc), to_type(allocation_type),
-                                               POOL_SOURCES[source]))
+    return _support_result(decide_pool_support(p, c_loc, t, POOL_SOURCES[source]))
 
 
 cdef object _support_result(const support& s):
@@ -202,6 +206,7 @@ def pool_support(loc, allocation_type, source="default"):
         raise ValueError(f"source must be one of {tuple(POOL_SOURCES)}, got {source!r}")
     cdef location_t c_loc = to_location(loc)
     cdef AllocationType t = to_type(allocation_type)
+    validate_combination(c_loc, t, source == "new")
     cdef int device = c_loc.id if c_loc.kind == LocationKind.device else _current_device()
     return _support_result(decide_pool_support(current_platform(device), c_loc, t,
                                                POOL_SOURCES[source]))

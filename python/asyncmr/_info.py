@@ -73,17 +73,22 @@ def _locations(devices: list[dict]):
 
 
 def _probe(loc, kind, choice):
-    """(pool or None, reason or None) for one kind, location and pool choice."""
+    """(pool or None, path or None, reason or None) for one kind, location and pool choice:
+    asyncmr's capability decision (and the path it takes to the pool), then the driver's own
+    answer to obtaining (or creating and closing) that pool."""
     import asyncmr
     from asyncmr import MemPool
 
     try:
+        path, reason = asyncmr.pool_support(loc, kind, choice)
+        if path is None:
+            return None, None, f"UnsupportedError: {reason}"
         if choice == "new":
             MemPool.create(loc, kind).close()
-            return None, None
-        return getattr(MemPool, choice)(loc, kind), None
+            return None, path, None
+        return getattr(MemPool, choice)(loc, kind), path, None
     except (asyncmr.AsyncMRError, ValueError, MemoryError) as e:
-        return None, f"{type(e).__name__}: {e}"
+        return None, None, f"{type(e).__name__}: {e}"
 
 
 def _pool_state(pool) -> dict:
@@ -107,10 +112,10 @@ def collect() -> dict:
         for loc in _locations(devices):
             found = {}
             for choice in CHOICES:
-                pool, reason = _probe(loc, kind, choice)
+                pool, path, reason = _probe(loc, kind, choice)
                 found[choice] = pool
                 support.append({"kind": kind, "location": _loc_name(loc), "pool": choice,
-                                "supported": reason is None, "reason": reason})
+                                "supported": reason is None, "path": path, "reason": reason})
             default = found["default"]
             for choice in ("default", "current"):
                 pool = found[choice]
