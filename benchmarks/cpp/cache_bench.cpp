@@ -19,11 +19,14 @@
  *   - "calls": ns per call of what a hit adds besides the cache itself, each alone:
  *     cudaStreamIsCapturing, cudaStreamGetId (each made once per allocate and once per
  *     deallocate), and the bare cache's take+put on the CPU (no CUDA).
+ *   - "resources": what each kind measured.
  *   - "threads": T threads (8), each on its own stream, released together, hit pairs of one size
  *     on ONE cached pinned resource; the same loop on 1 thread in the same round; aggregate
  *     pairs/s and "scaling" = the median of the per-round ratios. The same without a cache for
- *     reference, and "control_scaling": pure arithmetic on T threads over 1, the most any code
- *     scales on this machine now (a busy host shows there, not as a fault of the cache).
+ *     reference; "calls": the same for cudaStreamIsCapturing and cudaStreamGetId alone (calls/s),
+ *     so a hit path that does not scale can be traced to the driver or to the cache; and
+ *     "control_scaling": pure arithmetic on T threads over 1, the most any code scales on this
+ *     machine now (a busy host shows there, not as a fault of the cache).
  * Issue 14's targets (checked by the Python benchmark, targets.py): a pinned hit pair through the
  * reference <= 150 ns at 4 KiB and 64 KiB; 8 threads >= 4x one.
  *
@@ -66,8 +69,8 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-// Where the timed CUDA calls' outputs go, so no loop can be found to compute nothing.
-volatile unsigned long long sink = 0;
+// Where the timed CUDA calls' outputs go (each loop stores once), so no loop computes nothing.
+std::atomic<unsigned long long> sink{0};
 
 struct params {
   int pairs{5000};        // pairs per timed round of "pairs"
@@ -153,7 +156,10 @@ double floor_round(cudaMemPool_t pool, cudaStream_t stream, std::size_t bytes, i
 }
 
 /// `pairs` alloc+free pairs through RMM's type-erased reference, untimed.
-void ref_pairs(rmm::device_async_resource_ref ref, cudaStream_t stream, std::size_t bytes, long pairs)
+void ref_pairs(rmm::device_async_resource_ref ref,
+               cudaStream_t stream,
+               std::size_t bytes,
+               long pairs)
 {
   cuda::stream_ref const s{stream};
   for (long i = 0; i < pairs; ++i) {
@@ -163,7 +169,10 @@ void ref_pairs(rmm::device_async_resource_ref ref, cudaStream_t stream, std::siz
 }
 
 /// ns per pair through the reference.
-double ref_round(rmm::device_async_resource_ref ref, cudaStream_t stream, std::size_t bytes, int pairs)
+double ref_round(rmm::device_async_resource_ref ref,
+                 cudaStream_t stream,
+                 std::size_t bytes,
+                 int pairs)
 {
   auto const t0 = clock_type::now();
   ref_pairs(ref, stream, bytes, pairs);
@@ -213,7 +222,10 @@ struct way_rounds {
   std::vector<double> floor, uncached, cached;
 };
 
-way_rounds measure_pairs(kind_subject const& k, cudaStream_t stream, std::size_t bytes, params const& p)
+way_rounds measure_pairs(kind_subject const& k,
+                         cudaStream_t stream,
+                         std::size_t bytes,
+                         params const& p)
 {
   // Warm-up maps the pool's memory and puts the first block in the cache.
   floor_round(k.pool, stream, bytes, p.warmup);
@@ -237,6 +249,28 @@ way_rounds measure_pairs(kind_subject const& k, cudaStream_t stream, std::size_t
 
 // ---- b: the calls a hit makes --------------------------------------------------------------
 
+void is_capturing_calls(cudaStream_t stream, long calls)
+{
+  cudaStreamCaptureStatus status{};
+  unsigned long long acc = 0;
+  for (long i = 0; i < calls; ++i) {
+    check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
+    acc += static_cast<unsigned long long>(status);
+  }
+  sink.store(acc, std::memory_order_relaxed);
+}
+
+void get_id_calls(cudaStream_t stream, long calls)
+{
+  unsigned long long id  = 0;
+  unsigned long long acc = 0;
+  for (long i = 0; i < calls; ++i) {
+    check(cudaStreamGetId(stream, &id), "cudaStreamGetId");
+    acc += id;
+  }
+  sink.store(acc, std::memory_order_relaxed);
+}
+
 struct call_rounds {
   std::vector<double> is_capturing, get_id, take_put;
 };
@@ -244,24 +278,14 @@ struct call_rounds {
 call_rounds measure_calls(cudaStream_t stream, params const& p)
 {
   int const n = std::max(p.pairs * 4, 1000);
-  cudaStreamCaptureStatus status{};
-  unsigned long long id = 0;
-  auto is_capturing = [&](int calls) {
-    for (int i = 0; i < calls; ++i) {
-      check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
-      sink = static_cast<unsigned long long>(status);
-    }
-  };
-  auto get_id = [&](int calls) {
-    for (int i = 0; i < calls; ++i) {
-      check(cudaStreamGetId(stream, &id), "cudaStreamGetId");
-      sink = id;
-    }
-  };
+  auto is_capturing = [stream](int calls) { is_capturing_calls(stream, calls); };
+  auto get_id       = [stream](int calls) { get_id_calls(stream, calls); };
   // The bare cache (no CUDA): a fake block under one key, so every take hits.
   asyncmr::detail::front_cache cache{p.cache};
   std::byte block{};
-  if (!cache.put(1, &block, p.thread_bytes)) { throw std::runtime_error{"front_cache put refused"}; }
+  if (!cache.put(1, &block, p.thread_bytes)) {
+    throw std::runtime_error{"front_cache put refused"};
+  }
   auto take_put = [&](int pairs) {
     for (int i = 0; i < pairs; ++i) {
       void* const b = cache.take(1, p.thread_bytes);
@@ -274,25 +298,18 @@ call_rounds measure_calls(cudaStream_t stream, params const& p)
   get_id(p.warmup);
   take_put(p.warmup);
   call_rounds out;
-  auto timed = [&](auto&& loop, std::vector<double>& into) {
-    auto const t0 = clock_type::now();
-    loop(n);
-    into.push_back(since_ns(t0) / n);
+  auto timed = [n](auto& loop, std::vector<double>& into) {
+    return [n, &loop, &into] {
+      auto const t0 = clock_type::now();
+      loop(n);
+      into.push_back(since_ns(t0) / n);
+    };
   };
+  std::function<void()> const ways[3] = {timed(is_capturing, out.is_capturing),
+                                         timed(get_id, out.get_id),
+                                         timed(take_put, out.take_put)};
   for (int r = 0; r < p.rounds; ++r) {
-    switch (r % 3) {
-      case 0:
-        timed(is_capturing, out.is_capturing), timed(get_id, out.get_id),
-          timed(take_put, out.take_put);
-        break;
-      case 1:
-        timed(get_id, out.get_id), timed(take_put, out.take_put),
-          timed(is_capturing, out.is_capturing);
-        break;
-      default:
-        timed(take_put, out.take_put), timed(is_capturing, out.is_capturing),
-          timed(get_id, out.get_id);
-    }
+    for (int i = 0; i < 3; ++i) { ways[(r + i) % 3](); }
   }
   cache.drain([](asyncmr::detail::stream_key, void*, std::size_t) noexcept {});  // a fake block
   return out;
@@ -300,15 +317,15 @@ call_rounds measure_calls(cudaStream_t stream, params const& p)
 
 // ---- c: threads, each on its own stream -----------------------------------------------------
 
+/// What one thread runs: `count` operations (pairs, or calls) on `stream`.
+using thread_body = std::function<void(cudaStream_t stream, long count)>;
+
 /**
- * Aggregate pairs/s of `streams.size()` threads, each running `pairs` pairs through `ref` on its
- * own stream, released together; wall = last end - first start (the threads' own clocks, so
- * thread creation and join are not counted).
+ * Aggregate operations/s of `streams.size()` threads, each running `body(its stream, count)`,
+ * released together; wall = last end - first start (the threads' own clocks, so thread creation
+ * and join are not counted).
  */
-double thread_round(rmm::device_async_resource_ref ref,
-                    std::vector<cudaStream_t> const& streams,
-                    std::size_t bytes,
-                    long pairs)
+double thread_round(thread_body const& body, std::vector<cudaStream_t> const& streams, long count)
 {
   int const n = static_cast<int>(streams.size());
   std::atomic<int> ready{0};
@@ -324,7 +341,7 @@ double thread_round(rmm::device_async_resource_ref ref,
       while (!go.load(std::memory_order_acquire)) { std::this_thread::yield(); }
       start[t] = clock_type::now();
       try {
-        ref_pairs(ref, streams[t], bytes, pairs);
+        body(streams[t], count);
       } catch (std::exception const& e) {
         std::lock_guard<std::mutex> lock{error_mutex};
         error = e.what();
@@ -340,16 +357,17 @@ double thread_round(rmm::device_async_resource_ref ref,
   auto const first = *std::min_element(start.begin(), start.end());
   auto const last  = *std::max_element(end.begin(), end.end());
   double const s   = std::chrono::duration<double>(last - first).count();
-  return static_cast<double>(pairs) * n / s;
+  return static_cast<double>(count) * n / s;
 }
 
 struct thread_result {
-  long pairs_per_thread{};
-  std::vector<double> one, many;  // pairs/s per round
+  long per_thread{};              // operations per thread per round
+  std::vector<double> one, many;  // operations/s per round
   std::string error;
 };
 
-thread_result measure_threads(rmm::device_async_resource_ref ref,
+/// One thread against all of them, alternating which goes first, `rounds` times.
+thread_result measure_threads(thread_body const& body,
                               std::vector<cudaStream_t> const& streams,
                               params const& p,
                               int rounds)
@@ -357,18 +375,18 @@ thread_result measure_threads(rmm::device_async_resource_ref ref,
   thread_result out;
   try {
     std::vector<cudaStream_t> const first{streams.front()};
-    for (auto const s : streams) { ref_pairs(ref, s, p.thread_bytes, p.warmup); }  // every bucket
+    for (auto const s : streams) { body(s, p.warmup); }  // every stream (the cache: every bucket)
     // Size the rounds from the single-thread rate: a one-thread round lasts about thread_ms.
-    double const rate1   = thread_round(ref, first, p.thread_bytes, std::max(p.warmup, 1000));
-    out.pairs_per_thread = std::clamp(static_cast<long>(rate1 * p.thread_ms * 1e-3), 1000L,
-                                      5'000'000L);
+    double const rate1 = thread_round(body, first, std::max(p.warmup, 1000));
+    out.per_thread =
+      std::clamp(static_cast<long>(rate1 * p.thread_ms * 1e-3), 1000L, 20'000'000L);
     for (int r = 0; r < rounds; ++r) {
       if (r % 2 == 0) {
-        out.one.push_back(thread_round(ref, first, p.thread_bytes, out.pairs_per_thread));
-        out.many.push_back(thread_round(ref, streams, p.thread_bytes, out.pairs_per_thread));
+        out.one.push_back(thread_round(body, first, out.per_thread));
+        out.many.push_back(thread_round(body, streams, out.per_thread));
       } else {
-        out.many.push_back(thread_round(ref, streams, p.thread_bytes, out.pairs_per_thread));
-        out.one.push_back(thread_round(ref, first, p.thread_bytes, out.pairs_per_thread));
+        out.many.push_back(thread_round(body, streams, out.per_thread));
+        out.one.push_back(thread_round(body, first, out.per_thread));
       }
     }
   } catch (std::exception const& e) {
@@ -387,7 +405,9 @@ double control_scaling(int threads, long steps)
     for (int t = 0; t < n; ++t) {
       pool.emplace_back([&, t] {
         auto x = static_cast<std::uint64_t>(t);
-        for (long i = 0; i < steps; ++i) { x = x * 6364136223846793005ULL + static_cast<std::uint64_t>(i); }
+        for (long i = 0; i < steps; ++i) {
+          x = x * 6364136223846793005ULL + static_cast<std::uint64_t>(i);
+        }
         sink += x;
       });
     }
@@ -455,7 +475,7 @@ bool parse_args(int argc, char** argv, params& p)
     } else if (a == "--warmup") {
       if (!next_int(p.warmup)) { return false; }
     } else if (a == "--threads") {
-      if (!next_int(p.threads)) { return false; }
+      if (!next_int(p.threads) || p.threads < 2) { return false; }
     } else if (a == "--cache") {
       if (i + 1 >= argc) { return false; }
       p.cache = static_cast<std::size_t>(std::strtoull(argv[++i], nullptr, 10));
@@ -486,7 +506,7 @@ int main(int argc, char** argv)
   if (!parse_args(argc, argv, p)) {
     std::fprintf(stderr,
                  "usage: cache_bench [--quick] [--pairs N] [--rounds R] [--warmup W] "
-                 "[--threads T] [--sizes BYTES,... (each <= 1 MiB)] [--cache BYTES (>= 1 MiB)]\n");
+                 "[--threads T (>= 2)] [--sizes BYTES,... (each <= 1 MiB)] [--cache BYTES (>= 1 MiB)]\n");
     return 2;
   }
 
@@ -526,6 +546,13 @@ int main(int argc, char** argv)
   std::map<std::string, std::string> errors;
   std::ostringstream os;
   os.precision(6);
+
+  os << "\"resources\":{";
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    os << (i ? "," : "") << "\"" << kinds[i].kind << "\":\"" << json_escape(kinds[i].resource)
+       << ", cache " << p.cache << " B, and the same pool without cache\"";
+  }
+  os << "},";
 
   // a. pairs
   os << "\"pairs\":{";
@@ -592,35 +619,58 @@ int main(int argc, char** argv)
   os << "},\"calls_per_hit_pair\":{\"cudaStreamIsCapturing\":2,\"cudaStreamGetId\":2,"
         "\"front_cache take+put\":1}";
 
-  // c. threads, on the pinned kind
+  // c. threads: hit pairs on the pinned kind, and the two CUDA calls of a hit, alone
   int const thread_rounds = std::max(5, p.rounds / 4);
+  auto write_threads      = [&](std::ostream& out, thread_result const& t, char const* unit) {
+    out << "{\"per_thread\":" << t.per_thread << ",\"1\":";
+    write_summary(out, t.one, unit);
+    out << ",\"" << p.threads << "\":";
+    write_summary(out, t.many, unit);
+    out << ",\"scaling\":";
+    write_summary(out, per_round_ratio(t.many, t.one), "");
+    out << ",\"rounds" << unit << "\":{\"1\":";
+    write_rounds(out, t.one);
+    out << ",\"" << p.threads << "\":";
+    write_rounds(out, t.many);
+    out << "}}";
+  };
   os << ",\"threads\":{\"kind\":\"pinned\",\"bytes\":" << p.thread_bytes
      << ",\"threads\":" << p.threads << ",\"rounds\":" << thread_rounds << ",\"results\":{";
   if (kinds.front().error.empty()) {
-    auto const& k = kinds.front();
-    bool first    = true;
-    for (auto const& [way, ref] : {std::pair{"cached", *k.cached}, std::pair{"uncached", *k.plain}}) {
-      auto const t = measure_threads(ref, streams, p, thread_rounds);
+    auto const& k    = kinds.front();
+    bool first       = true;
+    std::size_t const bytes = p.thread_bytes;
+    auto const ways  = {std::pair{"cached", *k.cached}, std::pair{"uncached", *k.plain}};
+    for (auto const& [way, ref] : ways) {
+      auto const t = measure_threads(
+        [ref = ref, bytes](cudaStream_t s, long n) { ref_pairs(ref, s, bytes, n); },
+        streams,
+        p,
+        thread_rounds);
       if (!t.error.empty()) {
         errors[std::string{"threads:"} + way] = t.error;
         continue;
       }
-      os << (first ? "" : ",") << "\"" << way << "\":{\"pairs_per_thread\":" << t.pairs_per_thread
-         << ",\"1\":";
+      os << (first ? "" : ",") << "\"" << way << "\":";
       first = false;
-      write_summary(os, t.one, "_pairs_per_s");
-      os << ",\"" << p.threads << "\":";
-      write_summary(os, t.many, "_pairs_per_s");
-      os << ",\"scaling\":";
-      write_summary(os, per_round_ratio(t.many, t.one), "");
-      os << ",\"rounds_pairs_per_s\":{\"1\":";
-      write_rounds(os, t.one);
-      os << ",\"" << p.threads << "\":";
-      write_rounds(os, t.many);
-      os << "}}";
+      write_threads(os, t, "_pairs_per_s");
     }
   } else {
     errors["threads"] = "no pinned resource: " + kinds.front().error;
+  }
+  os << "},\"calls\":{";
+  bool first_call = true;
+  for (auto const& [name, body] :
+       {std::pair<char const*, thread_body>{"cudaStreamIsCapturing", is_capturing_calls},
+        std::pair<char const*, thread_body>{"cudaStreamGetId", get_id_calls}}) {
+    auto const t = measure_threads(body, streams, p, thread_rounds);
+    if (!t.error.empty()) {
+      errors[std::string{"threads:"} + name] = t.error;
+      continue;
+    }
+    os << (first_call ? "" : ",") << "\"" << name << "\":";
+    first_call = false;
+    write_threads(os, t, "_calls_per_s");
   }
   os << "},\"control_scaling\":" << control_scaling(p.threads, p.control_steps) << "}";
 
