@@ -400,7 +400,7 @@ double control_scaling(int threads, long steps)
 {
   auto const rate = [steps](int n) {
     std::vector<std::thread> pool;
-    std::atomic<std::uint64_t> sink{0};
+    std::atomic<std::uint64_t> total{0};
     auto const t0 = clock_type::now();
     for (int t = 0; t < n; ++t) {
       pool.emplace_back([&, t] {
@@ -408,7 +408,7 @@ double control_scaling(int threads, long steps)
         for (long i = 0; i < steps; ++i) {
           x = x * 6364136223846793005ULL + static_cast<std::uint64_t>(i);
         }
-        sink += x;
+        total += x;
       });
     }
     for (auto& th : pool) { th.join(); }
