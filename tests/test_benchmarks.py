@@ -158,7 +158,7 @@ def test_a_missing_size_fails_the_target_and_is_named():
 def test_a_missing_pool_of_the_cpp_program_fails_its_target():
     doc = load()
     del doc["sections"][SECTION_KEYS[1]]["cpp"]["via_ref_over_floor"]["pinned_owned_host"]
-    t = by_name(targets.compute_targets(doc), "device_async_resource_ref")
+    t = by_name(targets.compute_targets(doc), "device_async_resource_ref <= 1.05x")
     assert not t["met"]
     assert sorted(t["missing"]) == sorted(
         f"pinned_owned_host@{s}" for s in ("256 B", "4 KiB", "1 MiB", "64 MiB"))
@@ -184,15 +184,15 @@ def test_skipped_failed_and_unfinished_sections_fail_their_targets():
     assert all("skipped: this asyncmr has no release_gil" in t["note"] for t in gil)
     assert "failed: RuntimeError: boom" in by_name(ts, "pinned_empty")["note"]
     assert "did not finish" in by_name(ts, "H2D bandwidth")["note"]
-    assert targets.tally(ts) == (11, 21, 0)
+    assert targets.tally(ts) == (11, 21, 3)  # section 11 was not asked for
 
 
 def test_targets_of_sections_not_asked_for_are_not_counted():
     doc = load()
     ts = targets.compute_targets(doc)  # a run of sections 1-6
     not_run = [t for t in ts if t["status"] == targets.NOT_RUN]
-    assert {t["section"] for t in not_run} == {7, 9}
-    assert targets.tally(ts) == (13, 17, 4)
+    assert {t["section"] for t in not_run} == {7, 9, 11}
+    assert targets.tally(ts) == (13, 17, 7)
 
 
 # ---- check_targets.py ----------------------------------------------------------------------
@@ -420,3 +420,215 @@ def test_gil_targets_miss_when_a_pool_kind_is_missing():
     del doc["sections"][SECTION_KEYS[7]]["pair_cost"]["results"]["managed"]
     pair = by_name(targets.compute_targets(doc), "auto' / 'never'")
     assert not pair["met"] and pair["missing"] == ["managed"]
+
+
+# ---- section 11, the front cache: targets, the C++ program, its absence ------------------------
+
+
+def _front_cache_doc(cached_us, cupy_us, hit_ns, one_rate, many_rate, cpp=None):
+    """A results.json holding section 11 only, shaped as the section and cache_bench write it."""
+    from asyncmr_bench.common import APR_CACHED, APR_NEW, CUPY_PINNED
+
+    def python_entry(rounds):
+        return {**_summary(rounds, "us"), "pairs_per_round": 100, "rounds_us": list(rounds)}
+
+    sizes = [4096, 65536]
+    results = {APR_CACHED: {str(s): python_entry(cached_us) for s in sizes},
+               APR_NEW: {str(s): python_entry([1.5] * len(cached_us)) for s in sizes},
+               CUPY_PINNED: {str(s): python_entry(cupy_us) for s in sizes}}
+
+    def ns(rounds):
+        return _summary(rounds, "ns")
+
+    if cpp is None:
+        pinned = {str(s): {"floor": ns([1000.0]), "uncached": ns([1100.0]), "cached": ns(hit_ns),
+                           "cached_over_floor": {"median": 0.1, "p10": 0.1, "p90": 0.1},
+                           "rounds_ns": {"floor": [1000.0] * len(hit_ns),
+                                         "uncached": [1100.0] * len(hit_ns), "cached": hit_ns}}
+                  for s in sizes}
+        cpp = {
+            "meta": {"gpu": "NVIDIA H200", "optimized": True, "hardware_concurrency": 16},
+            "params": {"rounds": len(hit_ns), "pairs": 100, "sizes": sizes},
+            "pairs": {"pinned": pinned},
+            "cache": {"pinned": {"cap": 64 * MiB, "hits": 1000, "misses": 2}},
+            "calls": {"cudaStreamIsCapturing": ns([20.0]), "cudaStreamGetId": ns([15.0]),
+                      "front_cache take+put": ns([30.0])},
+            "calls_per_hit_pair": {"cudaStreamIsCapturing": 2, "cudaStreamGetId": 2,
+                                   "front_cache take+put": 1},
+            "threads": {"kind": "pinned", "bytes": 4096, "threads": 8, "results": {"cached": {
+                "per_thread": 1000,
+                "1": _summary(one_rate, "pairs_per_s"), "8": _summary(many_rate, "pairs_per_s"),
+                "scaling": {"median": 99.0},  # stored: never read by the targets
+                "rounds_pairs_per_s": {"1": one_rate, "8": many_rate}}},
+                "calls": {"cudaStreamGetId": {
+                    "per_thread": 1000, "1": _summary([20e6], "calls_per_s"),
+                    "8": _summary([100e6], "calls_per_s"), "scaling": {"median": 5.0},
+                    "rounds_calls_per_s": {"1": [20e6], "8": [100e6]}}},
+                "control_scaling": 7.5},
+            "errors": {},
+        }
+    return {"params": {"sections": [11]}, "sections": {SECTION_KEYS[11]: {
+        "sizes": sizes, "cache_bytes": 64 * MiB, "rounds": len(cached_us),
+        "python": {"results": results, "cache_info": {
+            "after_run": {"cap": 64 * MiB, "bytes": 69632, "blocks": 2, "hits": 500, "misses": 2,
+                          "charged_high": 2 * MiB},
+            "hits_positive": True, "bytes_within_cap": True,
+            "after_release_cache": {"bytes": 0, "pool_used_mem_current": 0}}},
+        "cpp": cpp}}}
+
+
+def _front_cache_targets(doc):
+    ts = [t for t in targets.compute_targets(doc) if t["section"] == 11]
+    assert len(ts) == 3 and all(t["status"] != targets.NOT_RUN for t in ts)
+    return ts
+
+
+def test_front_cache_targets_met_from_raw_rounds(capsys):
+    from asyncmr_bench.sections import REGISTRY
+
+    # Per-round ratios 0.5/0.6, 0.9/0.6, 0.5/0.4: 0.833, 1.5, 1.25 -> median 1.25 (a miss),
+    # though the ratio of the medians, 0.5/0.6, would pass: the rounds decide.
+    doc = _front_cache_doc(cached_us=[0.5, 0.9, 0.5], cupy_us=[0.6, 0.6, 0.4],
+                           hit_ns=[100.0, 120.0, 400.0], one_rate=[10e6, 10e6, 10e6],
+                           many_rate=[50e6, 30e6, 45e6])
+    python, hit, threads = _front_cache_targets(doc)
+    assert python["cells"] == {"4 KiB": pytest.approx(1.25), "64 KiB": pytest.approx(1.25)}
+    assert not python["met"] and python["target"] == "< 1"
+    assert hit["cells"] == {"pinned@4 KiB": 120.0, "pinned@64 KiB": 120.0} and hit["met"]
+    assert threads["value"] == pytest.approx(4.5) and threads["met"]  # not the stored 99
+    REGISTRY[11].show(doc["sections"][SECTION_KEYS[11]])
+    printed = capsys.readouterr().out
+    assert "cupy PinnedMemoryPool" in printed and "cudaStreamGetId" in printed
+    assert "account for 100.0 ns of the 120.0 ns" in printed  # 2*20 + 2*15 + 30
+    assert "cudaStreamGetId (calls alone)" in printed
+
+
+def test_front_cache_targets_missed_from_raw_rounds():
+    doc = _front_cache_doc(cached_us=[0.4, 0.5, 0.4], cupy_us=[0.6, 0.6, 0.6],
+                           hit_ns=[140.0, 151.0, 160.0], one_rate=[10e6, 10e6],
+                           many_rate=[30e6, 41e6])
+    python, hit, threads = _front_cache_targets(doc)
+    assert python["met"] and python["value"] == pytest.approx(0.4 / 0.6)
+    assert not hit["met"] and hit["value"] == 151.0
+    assert not threads["met"] and threads["value"] == pytest.approx(3.55)
+
+
+def test_front_cache_missing_cells_fail_and_say_why():
+    from asyncmr_bench.common import APR_CACHED
+
+    doc = _front_cache_doc(cached_us=[0.4], cupy_us=[0.6], hit_ns=[100.0], one_rate=[1e6],
+                           many_rate=[8e6],
+                           cpp={"skipped": "no cache_bench program (looked at: x)"})
+    sec = doc["sections"][SECTION_KEYS[11]]
+    sec["python"]["results"][APR_CACHED]["65536"] = {"error": "MemoryError: out of memory"}
+    python, hit, threads = _front_cache_targets(doc)
+    assert not python["met"] and python["missing"] == ["64 KiB"]
+    assert python["value"] == pytest.approx(0.4 / 0.6)  # the cell that is there, still reported
+    for t in (hit, threads):
+        assert t["status"] == targets.NOT_MET and not t["met"] and t["value"] is None
+        assert "C++ cache_bench skipped: no cache_bench program" in t["note"]
+    doc["sections"][SECTION_KEYS[11]] = {"skipped": "CuPy is not installed"}
+    assert all("section 11 skipped" in t["note"] for t in _front_cache_targets(doc))
+
+
+def test_cache_bench_absent_is_a_skip_that_says_how_to_build_it(tmp_path):
+    from asyncmr_bench.sections import front_cache
+
+    cfg = config("--cache-bin", str(tmp_path / "cache_bench"))
+    result = floor.run_cache_bench(cfg, front_cache.SIZES, 64 * MiB)
+    assert "ASYNCMR_BUILD_BENCHMARKS=ON" in result["skipped"]
+    assert "--cache-bin" in result["skipped"] and str(tmp_path) in result["skipped"]
+    assert floor.run_cache_bench(config("--no-floor"), front_cache.SIZES, 64 * MiB) == {
+        "skipped": "--no-floor (no C++ benchmark program runs)"}
+
+
+def test_cache_bench_is_found_next_to_the_floor_program(tmp_path):
+    """ci/gpu.sh passes --floor-bin only: cache_bench beside it must be found."""
+    for name in ("pool_floor", "cache_bench"):
+        (tmp_path / name).write_text("#!/bin/sh\n")
+        (tmp_path / name).chmod(0o755)
+    path, _ = floor.find_cache_bin(config("--floor-bin", str(tmp_path / "pool_floor")))
+    assert path == tmp_path / "cache_bench"
+
+
+@pytest.mark.parametrize("optimized", [False, True])
+def test_cache_bench_built_without_optimization_is_refused(tmp_path, optimized):
+    program = tmp_path / "cache_bench"
+    doc = '{"meta":{"optimized":%s},"pairs":{},"threads":{}}' % str(optimized).lower()
+    program.write_text(f"#!/bin/sh\necho '{doc}'\n")
+    program.chmod(0o755)
+    result = floor.run_cache_bench(config("--cache-bin", str(program), "--quick"),
+                                   [4096], 64 * MiB)
+    if optimized:
+        assert "error" not in result and result["command"][-1] == "--quick"
+    else:
+        assert "built without optimization" in result["error"]
+
+
+def test_cache_bench_failure_is_an_error_with_its_output(tmp_path):
+    program = tmp_path / "cache_bench"
+    program.write_text("#!/bin/sh\necho '{\"error\":\"no CUDA driver\"}'\n"
+                       "echo 'cache_bench: no CUDA driver' >&2\nexit 1\n")
+    program.chmod(0o755)
+    result = floor.run_cache_bench(config("--cache-bin", str(program)), [4096], 64 * MiB)
+    assert result["error"].startswith("cache_bench exited 1: cache_bench: no CUDA driver")
+    assert result["output"] == {"error": "no CUDA driver"}
+
+
+def test_section_11_is_registered_and_selectable():
+    from asyncmr_bench.sections import REGISTRY
+
+    assert SECTION_KEYS[11] == "11_front_cache" and REGISTRY[11].key == "11_front_cache"
+    cfg = config("--sections", "11", "--quick")
+    assert cfg.sections == [11] and cfg.cache_rounds == 11
+    assert config("--sections", "11").cache_rounds == 21
+
+
+# ---- on a GPU: the cache_bench program ---------------------------------------------------------
+
+
+def test_cache_bench_quick_prints_every_part(gpu):
+    """cache_bench --quick on the GPU: one JSON document with the three ways per pool kind and
+    size (every cached pair after the first a hit), the calls a hit makes, the threads, the
+    meta; nothing under errors."""
+    path, looked = floor.find_cache_bin(config())
+    if path is None:
+        pytest.skip("the benchmark's cache_bench program is not built (looked at: " +
+                    ", ".join(str(p) for p in looked) + "); " + floor.BUILD_HINT)
+    out = subprocess.run([str(path), "--quick"], capture_output=True, text=True, timeout=240,
+                         check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    assert doc["errors"] == {}
+    meta, params = doc["meta"], doc["params"]
+    assert meta["optimized"] is True and meta["gpu"] and meta["variant"].startswith("cu")
+    assert meta["driver"] > 0 and meta["runtime"] > 0 and meta["hardware_concurrency"] > 0
+    sizes = params["sizes"]
+    assert sizes == [4096, 65536] and params["cache_bytes"] == 64 * MiB
+    for kind in ("pinned", "device", "managed"):
+        for size in sizes:
+            entry = doc["pairs"][kind][str(size)]
+            for way in ("floor", "uncached", "cached"):
+                assert entry[way]["median_ns"] > 0
+                assert len(entry["rounds_ns"][way]) == params["rounds"]
+            assert entry["cached_over_floor"]["median"] > 0
+        stats = doc["cache"][kind]
+        assert stats["misses"] <= len(sizes)  # the first allocation of each size only
+        assert stats["hits"] >= params["rounds"] * params["pairs"] * len(sizes)
+        assert stats["cached_bytes"] <= stats["cap"] == 64 * MiB
+    for call in ("cudaStreamIsCapturing", "cudaStreamGetId", "front_cache take+put"):
+        assert doc["calls"][call]["median_ns"] > 0
+        assert doc["calls_per_hit_pair"][call] in (1, 2)
+    th = doc["threads"]
+    n = str(th["threads"])
+    assert th["kind"] == "pinned" and th["bytes"] == 4096 and n == "8"
+    for group, names, unit in (("results", ("cached", "uncached"), "pairs_per_s"),
+                               ("calls", ("cudaStreamIsCapturing", "cudaStreamGetId"),
+                                "calls_per_s")):
+        for name in names:
+            e = th[group][name]
+            assert e["1"][f"median_{unit}"] > 0 and e[n][f"median_{unit}"] > 0
+            rounds = e[f"rounds_{unit}"]
+            assert len(rounds["1"]) == len(rounds[n]) == th["rounds"]
+            assert e["scaling"]["median"] > 0 and e["per_thread"] >= 1000
+    assert th["control_scaling"] > 0

@@ -49,8 +49,12 @@ def parser(prog: str = "python -m asyncmr bench") -> argparse.ArgumentParser:
                    help="the in-process floor library libasyncmr_floor.so (default: "
                    "$ASYNCMR_FLOOR_LIB, else next to the pool_floor program, else the same "
                    "build folder)")
+    p.add_argument("--cache-bin", default=None,
+                   help="the C++ cache_bench program of section 11 (default: $ASYNCMR_CACHE_BIN, "
+                   "else next to the pool_floor program, else the same build folder)")
     p.add_argument("--no-floor", action="store_true",
-                   help="skip the C++ floor (program and library)")
+                   help="skip every C++ program and library (pool_floor, libasyncmr_floor.so, "
+                   "cache_bench)")
     p.add_argument("--seed", type=int, default=20261130, help="seed of the random workloads")
     return p
 
@@ -83,6 +87,7 @@ def make_config(p: argparse.ArgumentParser, args) -> Config:
         out=args.out,
         floor_bin=args.floor_bin,
         floor_lib=args.floor_lib,
+        cache_bin=args.cache_bin,
         no_floor=args.no_floor,
         seed=args.seed,
         round_ms=4.0 if q else 20.0,
@@ -110,6 +115,7 @@ def make_config(p: argparse.ArgumentParser, args) -> Config:
         stage_repeats=3 if q else 5,
         array_repeats=5 if q else 10,
         parquet_repeats=2 if q else 3,
+        cache_rounds=11 if q else 21,
     )
 
 

@@ -26,7 +26,8 @@ SECTIONS = {
         "CuPy staging through its pinned allocator: CuPy's pool vs asyncmr's pool"),
     9: ("9_pinned_arrays", "Pinned NumPy arrays: copy bandwidth, asyncmr vs cudaHostAlloc"),
     10: ("10_cudf_parquet", "cuDF Parquet round trip: cuDF's pinned resource vs asyncmr's pool"),
-    # 11: the front cache (issue 14), added by the lead: key "11_front_cache".
+    11: ("11_front_cache",
+         "Front cache (issue 14): cached pinned pairs vs CuPy's pinned pool, C++ hits, threads"),
 }
 SECTION_KEYS = {num: key for num, (key, _) in SECTIONS.items()}
 SECTION_TITLES = {num: title for num, (_, title) in SECTIONS.items()}
@@ -53,6 +54,10 @@ CUPY_DEFAULT = "cupy default MemoryPool (device memory, reference)"
 STAGING_IDEAL = "cudaHostAlloc buffer, preallocated (ideal)"
 POOL_MEMORY = "AsyncPinnedMR (pinned pool memory)"
 HOSTALLOC_MEMORY = "cudaHostAlloc memory"
+# Section 11's rows. The cap is fixed (the row name is a JSON key and says it).
+FRONT_CACHE_BYTES = 64 << 20
+APR_CACHED = "AsyncPinnedMR(pool='new', cache=64 MiB)"
+CUPY_PINNED = "cupy PinnedMemoryPool"
 # Section 9's rows.
 ASYNCMR_ARRAY = "asyncmr.pinned_empty (pinned pool)"
 CUPY_ARRAY = "cupyx.empty_pinned (cudaHostAlloc)"

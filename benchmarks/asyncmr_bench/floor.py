@@ -5,9 +5,11 @@ nothing else, from the benchmark's own C++ targets (``benchmarks/cpp``):
 - ``pool_floor``, a program: the floor and the same pools through
   ``rmm::device_async_resource_ref``, in alternating rounds, as one JSON object;
 - ``libasyncmr_floor.so``, a library loaded here with ctypes: the floor in this process, timed
-  by section 1 in the same interleaved rounds as the Python resources.
+  by section 1 in the same interleaved rounds as the Python resources;
+- ``cache_bench``, a program (section 11): the front cache's hit pair through the reference
+  against the uncached resource and the floor, the CUDA calls a hit makes, and threads.
 
-Both refuse to be compared against when built without optimization.
+All refuse to be compared against when built without optimization.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from .common import err_text
 BUILD_DIR = Path("build/cpp/benchmarks/cpp")
 FLOOR_BIN = "pool_floor"
 FLOOR_LIB = "libasyncmr_floor.so"
+CACHE_BIN = "cache_bench"
 # benchmarks/asyncmr_bench/floor.py -> the checkout's root is two levels up.
 CHECKOUT = Path(__file__).resolve().parents[2]
 
@@ -72,6 +75,64 @@ def find_floor_lib(cfg):
     return None, candidates
 
 
+def find_cache_bin(cfg):
+    """(the cache_bench program or None, the places looked at): --cache-bin,
+    $ASYNCMR_CACHE_BIN, else next to the pool_floor program (so --floor-bin alone finds it),
+    else the default build folder under the working directory and the checkout."""
+    if getattr(cfg, "cache_bin", None):
+        candidates = [Path(cfg.cache_bin)]
+    elif os.environ.get("ASYNCMR_CACHE_BIN"):
+        candidates = [Path(os.environ["ASYNCMR_CACHE_BIN"])]
+    else:
+        candidates = []
+        if cfg.floor_bin:
+            candidates.append(Path(cfg.floor_bin).parent / CACHE_BIN)
+        floor_bin, _ = find_floor_bin(cfg)
+        if floor_bin is not None and floor_bin.parent / CACHE_BIN not in candidates:
+            candidates.append(floor_bin.parent / CACHE_BIN)
+        candidates += [p for p in _default_places(CACHE_BIN) if p not in candidates]
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return c, candidates
+    return None, candidates
+
+
+def _last_json(stdout: str):
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            continue
+    return None
+
+
+def run_cache_bench(cfg, sizes, cache_bytes: int) -> dict:
+    """Runs the C++ cache_bench program (section 11) and returns its JSON, or
+    ``{"skipped"|"error": why}``."""
+    if cfg.no_floor:
+        return {"skipped": "--no-floor (no C++ benchmark program runs)"}
+    path, looked = find_cache_bin(cfg)
+    if path is None:
+        return {"skipped": f"no {CACHE_BIN} program (looked at: " +
+                ", ".join(str(p) for p in looked) + f"); {BUILD_HINT}, or pass --cache-bin PATH"}
+    cmd = [str(path), "--sizes", ",".join(str(s) for s in sizes), "--cache", str(cache_bytes)]
+    if cfg.quick:
+        cmd.append("--quick")
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        return {"error": err_text(e), "command": cmd}
+    parsed = _last_json(proc.stdout)
+    if proc.returncode != 0 or not isinstance(parsed, dict) or "pairs" not in parsed:
+        return {"error": f"{CACHE_BIN} exited {proc.returncode}: " +
+                (proc.stderr.strip()[-2000:] or proc.stdout.strip()[-2000:]),
+                "command": cmd, "output": parsed}
+    parsed["command"] = cmd
+    if parsed.get("meta", {}).get("optimized") is not True:
+        return {"error": f"{path} {NOT_OPTIMIZED}", "command": cmd, "output": parsed}
+    return parsed
+
+
 def run_floor(cfg) -> dict:
     """Runs the C++ floor program and returns its JSON (or why there is none)."""
     if cfg.no_floor:
@@ -87,13 +148,7 @@ def run_floor(cfg) -> dict:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     except (OSError, subprocess.SubprocessError) as e:
         return {"error": err_text(e), "command": cmd}
-    parsed = None
-    for line in reversed(proc.stdout.strip().splitlines()):
-        try:
-            parsed = json.loads(line)
-            break
-        except json.JSONDecodeError:
-            continue
+    parsed = _last_json(proc.stdout)
     if proc.returncode != 0 or not isinstance(parsed, dict) or "floor" not in parsed:
         return {"error": f"pool_floor exited {proc.returncode}: " +
                 (proc.stderr.strip()[-2000:] or proc.stdout.strip()[-2000:]),

@@ -82,6 +82,8 @@ class Config:
     array_repeats: int = 10  # section 9
     parquet_bytes: int = 100_000_000  # section 10: bytes of the table's columns
     parquet_repeats: int = 3  # section 10
+    cache_bin: str | None = None  # section 11: the C++ cache_bench program
+    cache_rounds: int = 21  # section 11: interleaved rounds of the Python pairs
 
 
 def thread_sizes(quick: bool) -> list:

@@ -13,10 +13,10 @@ not asked for are ``not run``: listed, not counted.
 from __future__ import annotations
 
 from .common import (
-    ADR, AMR, APR, APR_NEW, ASYNCMR_ARRAY, CC_PINNED, CUPY_ARRAY, FLOOR_POOL_OF,
-    HOSTALLOC_MEMORY, POOL_MEMORY, RMM_ASYNC, RMM_ASYNC_MANAGED, RMM_PINNED, RMM_POOL_MANAGED,
-    RMM_POOL_PINNED, SECTION_KEYS, STAGING_IDEAL, floor_of, fmt_size, median_of, percentile, ratio,
-    with_release_gil,
+    ADR, AMR, APR, APR_CACHED, APR_NEW, ASYNCMR_ARRAY, CC_PINNED, CUPY_ARRAY, CUPY_PINNED,
+    FLOOR_POOL_OF, HOSTALLOC_MEMORY, POOL_MEMORY, RMM_ASYNC, RMM_ASYNC_MANAGED, RMM_PINNED,
+    RMM_POOL_MANAGED, RMM_POOL_PINNED, SECTION_KEYS, STAGING_IDEAL, floor_of, fmt_size, median_of,
+    percentile, ratio, with_release_gil,
 )
 
 MET, NOT_MET, NOT_RUN = "met", "not met", "not run"
@@ -40,8 +40,9 @@ class _Doc:
         s = self.sections.get(SECTION_KEYS[num])
         return s if isinstance(s, dict) else {}
 
-    def why_missing(self, num: int) -> str:
-        """Why a cell of section num is missing, in a few words."""
+    def why_missing(self, num: int, part: str | None = None) -> str:
+        """Why a cell of section num is missing, in a few words; ``part``: why the part of a
+        section that ran did not give the cell (a C++ program skipped or failed)."""
         if SECTION_KEYS[num] not in self.sections:
             return f"section {num} did not finish"
         s = self.sec(num)
@@ -49,19 +50,21 @@ class _Doc:
             return f"section {num} failed: {s.get('error', '?')}"
         if "skipped" in s:
             return f"section {num} skipped: {s['skipped']}"
-        return f"not measured (see section {num} in the results)"
+        return part or f"not measured (see section {num} in the results)"
 
 
 def _worst(values, op: str):
     present = [v for v in values if v is not None]
     if not present:
         return None
-    return max(present) if op in ("<=", "==") else min(present)
+    return max(present) if op in ("<=", "<", "==") else min(present)
 
 
 def _holds(value, op: str, threshold: float, tolerance: float) -> bool:
     if op == "<=":
         return value <= threshold * (1.0 + tolerance)
+    if op == "<":
+        return value < threshold
     if op == ">=":
         return value >= threshold
     if op == ">":
@@ -72,8 +75,9 @@ def _holds(value, op: str, threshold: float, tolerance: float) -> bool:
 
 
 def _target(d: _Doc, num: int, name: str, op: str, threshold: float, cells: dict,
-            tolerance: float = 0.0, detail: dict | None = None) -> dict:
-    """One target record from its cells ({cell: value or None})."""
+            tolerance: float = 0.0, detail: dict | None = None, why: str | None = None) -> dict:
+    """One target record from its cells ({cell: value or None}); ``why``: the reason a cell of
+    a section that ran is missing, when the section knows it."""
     value = _worst(cells.values(), op)
     missing = [k for k, v in cells.items() if v is None]
     t = {"name": name, "section": num, "value": value, "target": f"{op} {threshold:g}",
@@ -91,7 +95,7 @@ def _target(d: _Doc, num: int, name: str, op: str, threshold: float, cells: dict
     t.update(status=MET if met else NOT_MET, met=met)
     if missing:
         t["missing"] = missing
-        t["note"] = f"missing {', '.join(missing)}: {d.why_missing(num)}"
+        t["note"] = f"missing {', '.join(missing)}: {d.why_missing(num, why)}"
     return t
 
 
@@ -248,10 +252,60 @@ def _section9(d: _Doc) -> list:
                      for dr in ("H2D", "D2H")})]
 
 
-# Sections 2, 6, 8 and 10 report without targets. Section 11 (front cache, issue 14) adds its
-# own here: pair < CuPy PinnedMemoryPool's at 4 KiB and 64 KiB; C++ hit <= 0.15 us; 8 threads
-# >= 4x one.
-_ORDER = (_section1, _section5, _section3, _section4, _section7, _section9)
+def _median_ratio(num, den):
+    """The median of num[i] / den[i] over the rounds both lists have (the two ran side by side
+    in round i), or None."""
+    if not isinstance(num, list) or not isinstance(den, list):
+        return None
+    r = [a / b for a, b in zip(num, den)
+         if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b]
+    return percentile(r, 0.5) if r else None
+
+
+def _median_rounds(rounds):
+    vals = [v for v in rounds if isinstance(v, (int, float))] if isinstance(rounds, list) else []
+    return percentile(vals, 0.5) if vals else None
+
+
+def _section11(d: _Doc) -> list:
+    s = d.sec(11)
+    sizes = s.get("sizes") or [4096, 65536]
+    results = (s.get("python") or {}).get("results") or {}
+
+    def rounds(name, size):
+        entry = (results.get(name) or {}).get(str(size))
+        return entry.get("rounds_us") if isinstance(entry, dict) and "error" not in entry else None
+
+    cpp = s.get("cpp") or {}
+    cpp_why = None
+    for k in ("skipped", "error"):
+        if k in cpp:
+            cpp_why = f"C++ cache_bench {k}: {cpp[k]}"
+    pinned = (cpp.get("pairs") or {}).get("pinned") or {}
+    hit = {}
+    for sz in sizes:
+        entry = pinned.get(str(sz))
+        r = ((entry.get("rounds_ns") or {}).get("cached") if isinstance(entry, dict) else None)
+        hit[f"pinned@{fmt_size(sz)}"] = _median_rounds(r)
+    th = cpp.get("threads") or {}
+    n = str(th.get("threads", 8))
+    per_round = ((th.get("results") or {}).get("cached") or {}).get("rounds_pairs_per_s") or {}
+    return [
+        _target(d, 11, f"Front cache: {APR_CACHED} alloc+free from Python < {CUPY_PINNED}'s "
+                "(median of per-round ratios)", "<", 1.0,
+                {fmt_size(sz): _median_ratio(rounds(APR_CACHED, sz), rounds(CUPY_PINNED, sz))
+                 for sz in sizes}),
+        _target(d, 11, "Front cache: C++ hit pair through rmm::device_async_resource_ref "
+                "<= 150 ns (pinned, median of rounds)", "<=", 150.0, hit, why=cpp_why),
+        _target(d, 11, f"Front cache: {n} threads on {n} streams >= 4x one thread (C++, cached "
+                "pinned resource, median of per-round ratios)", ">=", 4.0,
+                {f"{n} threads / 1 @ {fmt_size(th.get('bytes', 4096))}":
+                 _median_ratio(per_round.get(n), per_round.get("1"))}, why=cpp_why),
+    ]
+
+
+# Sections 2, 6, 8 and 10 report without targets.
+_ORDER = (_section1, _section5, _section3, _section4, _section7, _section9, _section11)
 
 
 def compute_targets(doc: dict) -> list:

@@ -10,8 +10,8 @@ from typing import Callable, NamedTuple
 
 from ..common import SECTION_KEYS, SECTION_TITLES
 from . import (
-    cudf_parquet, cupy_pinned, fragmentation, gil, managed_cupy, pair_cost, pinned_arrays,
-    pinned_staging, sync_threshold, threads,
+    cudf_parquet, cupy_pinned, fragmentation, front_cache, gil, managed_cupy, pair_cost,
+    pinned_arrays, pinned_staging, sync_threshold, threads,
 )
 
 
@@ -33,11 +33,7 @@ _MODULES = {
     8: cupy_pinned,
     9: pinned_arrays,
     10: cudf_parquet,
-    # 11: front_cache (issue 14), added by the lead. Its targets, measured side by side in one
-    # run: AsyncPinnedMR(cache=...) pair < CuPy PinnedMemoryPool pair from Python at 4 KiB and
-    # 64 KiB; a cache hit through rmm::device_async_resource_ref <= 0.15 us per pair (C++);
-    # 8 threads on 8 streams >= 4x the single-thread rate. Add the module here, its key and
-    # title to common.SECTIONS, and its targets to targets.py.
+    11: front_cache,
 }
 
 REGISTRY = {num: Section(SECTION_KEYS[num], SECTION_TITLES[num], mod.run, mod.show)

@@ -1,0 +1,239 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Section 11: the per-stream front cache (issue 14, ``cache=`` on the resources), measured in
+one run:
+
+1. **From Python**, alloc+free pairs at 4 KiB and 64 KiB on one stream, in interleaved rounds:
+   ``AsyncPinnedMR(pool="new", cache=64 MiB)`` (every pair after the first is a hit),
+   ``AsyncPinnedMR(pool="new")`` (the driver pool), CuPy's ``PinnedMemoryPool`` (a host-side free
+   list, not stream-ordered: ``pool.malloc(n)`` dropped at once is one pair), and the raw floor
+   of the uncached pool in process when ``libasyncmr_floor.so`` is built. Then the cache's
+   ``cache_info`` (hits, bytes against the cap), and the bytes left after ``release_cache()``.
+2. **The C++ program** ``cache_bench`` (``benchmarks/cpp``): a hit pair through
+   ``rmm::device_async_resource_ref`` against the uncached resource and the raw floor on the same
+   pool (pinned, device, managed), the CUDA calls a hit makes, each alone
+   (``cudaStreamIsCapturing``, ``cudaStreamGetId``, the bare cache's take+put), and 8 threads on
+   8 streams against one thread on one cached pinned resource. Skipped, with the reason, when the
+   program is not built: the Python half still runs.
+
+Targets (targets.py), from the raw rounds: the cached pair from Python costs less than CuPy's
+(median of per-round ratios < 1 at 4 KiB and 64 KiB); a pinned hit through the reference
+<= 150 ns (C++, both sizes); 8 threads >= 4x one thread (C++, pinned, 4 KiB, median of per-round
+ratios).
+"""
+
+from __future__ import annotations
+
+import gc
+
+from .. import floor
+from ..common import (
+    APR_CACHED, APR_NEW, CUPY_PINNED, FRONT_CACHE_BYTES, KiB, SECTION_TITLES, cell, err_text,
+    floor_of, fmt_ratio, fmt_size, percentile, print_table, summarize,
+)
+from ..harness import calibrate, interleaved_rounds, pair_runner
+
+SIZES = (4 * KiB, 64 * KiB)
+
+
+def per_round_ratios(num: list, den: list) -> list:
+    """num[i] / den[i] for the rounds both have (the contenders of a round ran side by side)."""
+    return [a / b for a, b in zip(num, den)
+            if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b]
+
+
+def _python_pairs(cfg, ctx) -> dict:
+    am = ctx.asyncmr
+    contenders = [
+        (APR_CACHED, "rmm", lambda: am.AsyncPinnedMR(pool="new", cache=FRONT_CACHE_BYTES)),
+        (APR_NEW, "rmm", lambda: am.AsyncPinnedMR(pool="new")),
+        (CUPY_PINNED, "cupy", lambda: ctx.cupy()[0].cuda.PinnedMemoryPool()),
+    ]
+    results: dict = {}
+    built: dict = {}
+    for name, family, factory in contenders:
+        results[name] = {}
+        try:
+            built[name] = (family, factory())
+        except Exception as e:  # noqa: BLE001 - recorded, the others go on
+            results[name] = {"error": err_text(e)}
+    lib, why_not = floor.load_floor_library(cfg)
+    if lib is not None and APR_NEW in built:
+        results[floor_of(APR_NEW)] = {}
+        built[floor_of(APR_NEW)] = ("floor", (lib, built[APR_NEW][1].pool_handle))
+    elif lib is None:
+        results[floor_of(APR_NEW)] = dict(why_not)
+
+    for size in SIZES:
+        key = str(size)
+        active = {}
+        for name, (family, obj) in built.items():
+            try:
+                run_n, sync = pair_runner(ctx, family, obj, size)
+                active[name] = (run_n, sync, calibrate(run_n, sync, cfg.warmup_ms, cfg.round_ms))
+            except Exception as e:  # noqa: BLE001
+                results.setdefault(name, {})[key] = {"error": err_text(e)}
+        pairs = {name: n for name, (_, _, n) in active.items()}
+
+        def failed(name, exc, _key=key):
+            results.setdefault(name, {})[_key] = {"error": err_text(exc)}
+
+        samples = interleaved_rounds(active, cfg.cache_rounds, failed)
+        for name, ns_per_pair in samples.items():
+            entry = summarize(ns_per_pair, "us", 1e-3)
+            entry["pairs_per_round"] = pairs[name]
+            entry["rounds_us"] = [x * 1e-3 for x in ns_per_pair]
+            results.setdefault(name, {})[key] = entry
+        print(f"  [11] Python pairs {fmt_size(size)} done", flush=True)
+
+    cache = _cache_accounting(built.get(APR_CACHED, (None, None))[1], ctx)
+    del built
+    gc.collect()
+    return {"results": results, "cache_info": cache,
+            "floor_in_process": {"library": str(lib.path)} if lib else why_not}
+
+
+def _cache_accounting(mr, ctx) -> dict:
+    """The cached resource's ``cache_info`` after the run, and what ``release_cache`` leaves."""
+    if mr is None:
+        return {"error": "the cached resource was not built"}
+    try:
+        ctx.stream.synchronize()
+        info = dict(mr.cache_info)
+        out = {"after_run": info,
+               "hits_positive": info.get("hits", 0) > 0,
+               "bytes_within_cap": info.get("bytes", 0) <= info.get("cap", 0),
+               "charged_high_within_cap": info.get("charged_high", 0) <= info.get("cap", 0)}
+        used_before = mr.attributes.used_mem_current
+        mr.release_cache()
+        after = mr.cache_info
+        out["after_release_cache"] = {
+            "bytes": after.get("bytes"), "blocks": after.get("blocks"),
+            "pool_used_mem_current_before": used_before,
+            "pool_used_mem_current": mr.attributes.used_mem_current}
+        return out
+    except Exception as e:  # noqa: BLE001
+        return {"error": err_text(e)}
+
+
+def run(cfg, ctx) -> dict:
+    python = _python_pairs(cfg, ctx)
+    cpp = floor.run_cache_bench(cfg, SIZES, FRONT_CACHE_BYTES)
+    print("  [11] C++ cache_bench " + ("done" if "pairs" in cpp else
+                                       f"{'skipped' if 'skipped' in cpp else 'failed'}"),
+          flush=True)
+    return {
+        "sizes": list(SIZES),
+        "cache_bytes": FRONT_CACHE_BYTES,
+        "rounds": cfg.cache_rounds,
+        "python": python,
+        "cpp": cpp,
+        "notes": [
+            "Python: median/p10/p90 over interleaved rounds (order rotated each round) of N pairs "
+            f"on one non-blocking stream, N sized so a round lasts about {cfg.round_ms} ms; "
+            "rounds_us holds every round; the target reads the median of per-round ratios",
+            "cupy PinnedMemoryPool: pool.malloc(n) dropped at once (a host-side free list, not "
+            "stream-ordered)",
+            "C++ (cache_bench): ns per pair through rmm::device_async_resource_ref; 'floor' is "
+            "cudaMallocFromPoolAsync + cudaFreeAsync on the same owned pool; a hit makes "
+            "cudaStreamIsCapturing and cudaStreamGetId once in allocate and once in deallocate, "
+            "plus the cache's take and put",
+        ],
+    }
+
+
+# ---- tables ---------------------------------------------------------------------------------
+
+
+def _ns(entry, unit: str = "ns", digits: int = 1) -> str:
+    return cell(entry, unit, digits)
+
+
+def show(res: dict) -> None:
+    sizes = res.get("sizes", list(SIZES))
+    py = res.get("python", {})
+    results = py.get("results", {})
+    rows = []
+    for name, per in results.items():
+        for why in ("error", "skipped"):
+            if why in per:
+                rows.append([name, f"{why}: {per[why][:70]}"] + [""] * (len(sizes) - 1))
+                break
+        else:
+            rows.append([name] + [cell(per.get(str(s)), digits=3) for s in sizes])
+    print_table(f"{SECTION_TITLES[11]} -- 1. from Python (us per pair: median [p10-p90])",
+                ["contender"] + [fmt_size(s) for s in sizes], rows)
+
+    def rounds(name, size):
+        return (results.get(name, {}).get(str(size)) or {}).get("rounds_us") or []
+
+    ratio_rows = []
+    for num, den in ((APR_CACHED, CUPY_PINNED), (APR_CACHED, APR_NEW)):
+        vals = []
+        for s in sizes:
+            r = per_round_ratios(rounds(num, s), rounds(den, s))
+            vals.append(fmt_ratio(percentile(r, 0.5) if r else None))
+        ratio_rows.append([f"{num} / {den}"] + vals)
+    print_table("  ratios (median of per-round ratios)", ["ratio"] + [fmt_size(s) for s in sizes],
+                ratio_rows)
+    for name, per in results.items():
+        for s, e in per.items():
+            if isinstance(e, dict) and "error" in e:
+                print(f"  error [{name} @ {fmt_size(int(s))}]: {e['error']}")
+    ci = py.get("cache_info", {})
+    if "error" in ci:
+        print(f"  cache_info: error: {ci['error']}")
+    elif ci:
+        a, r = ci.get("after_run", {}), ci.get("after_release_cache", {})
+        print(f"  cache_info after the run: {a.get('hits')} hits, {a.get('misses')} misses, "
+              f"{a.get('bytes')} B in {a.get('blocks')} blocks (cap {a.get('cap')} B; within "
+              f"cap: {ci.get('bytes_within_cap')}), charged_high {a.get('charged_high')} B; after "
+              f"release_cache: {r.get('bytes')} B cached, pool used_mem_current "
+              f"{r.get('pool_used_mem_current')} B")
+
+    cpp = res.get("cpp", {})
+    for k in ("skipped", "error"):
+        if k in cpp:
+            print(f"  C++ cache_bench {k}: {cpp[k]}")
+    if "pairs" not in cpp:
+        return
+    rows = []
+    for kind, per in cpp.get("pairs", {}).items():
+        for way, label in (("floor", "raw floor"), ("uncached", "no cache, via ref"),
+                           ("cached", "cache hit, via ref")):
+            rows.append([f"{kind}: {label}"] + [_ns((per.get(str(s)) or {}).get(way))
+                                                for s in sizes])
+        rows.append([f"{kind}: hit / floor (median per round)"] + [
+            fmt_ratio(((per.get(str(s)) or {}).get("cached_over_floor") or {}).get("median"))
+            for s in sizes])
+    meta = cpp.get("meta", {})
+    print_table(f"  2. C++ cache_bench on {meta.get('gpu', '?')} (ns per pair: median [p10-p90])",
+                ["pool: way"] + [fmt_size(s) for s in sizes], rows)
+    calls = cpp.get("calls", {})
+    times = cpp.get("calls_per_hit_pair", {})
+    rows = [[name, _ns(e), str(times.get(name, ""))] for name, e in calls.items()]
+    accounted = sum(e.get("median_ns", 0) * times.get(name, 0) for name, e in calls.items()
+                    if isinstance(e, dict))
+    print_table("  what a hit pair is made of (ns per call: median [p10-p90])",
+                ["call", "ns", "per hit pair"], rows)
+    hit = ((cpp.get("pairs", {}).get("pinned") or {}).get(str(sizes[0])) or {}).get("cached")
+    if calls and isinstance(hit, dict):
+        print(f"  these calls account for {accounted:.1f} ns of the {hit['median_ns']:.1f} ns "
+              f"pinned {fmt_size(sizes[0])} hit pair (the rest: the resource reference's "
+              "dispatch and asyncmr's checks)")
+    th = cpp.get("threads", {})
+    n = str(th.get("threads", 8))
+    rows = []
+    for group, unit, label in (("results", "pairs_per_s", "hit pairs"),
+                               ("calls", "calls_per_s", "calls alone")):
+        for way, e in th.get(group, {}).items():
+            one, many = (e.get("1") or {}), (e.get(n) or {})
+            rows.append([f"{way} ({label})", f"{one.get(f'median_{unit}', 0) / 1e6:.2f}",
+                         f"{many.get(f'median_{unit}', 0) / 1e6:.2f}",
+                         fmt_ratio((e.get("scaling") or {}).get("median"))])
+    print_table(f"  3. {n} threads on {n} streams, one {th.get('kind', 'pinned')} resource, "
+                f"{fmt_size(th.get('bytes', 4096))} pairs (millions per second, median)",
+                ["way", "1 thread", f"{n} threads", "scaling (median per round)"], rows)
+    print(f"  control: pure arithmetic on {n} threads scales {fmt_ratio(th.get('control_scaling'))}"
+          f"x here (hardware_concurrency {meta.get('hardware_concurrency')})")
+    for k, v in (cpp.get("errors") or {}).items():
+        print(f"  C++ error [{k}]: {v}")

@@ -1,0 +1,702 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+
+/**
+ * @file cache_bench.cpp
+ * @brief What the front cache (issue 14) costs on a hit, on a GPU, as one JSON object on stdout.
+ *
+ * Measured in one run, warm-up first, then interleaved rounds (the order rotated each round, so
+ * drift on a shared machine hits every way alike); every number is the median of the rounds,
+ * with the 10th and 90th percentiles and the raw rounds beside it:
+ *   - "pairs": ns per alloc+free pair of one size on one non-blocking stream, per pool kind
+ *     (pinned, device, managed; one owned pool each), three ways on the same pool:
+ *       "floor"    cudaMallocFromPoolAsync + cudaFreeAsync, nothing else;
+ *       "uncached" the asyncmr resource without a cache, through rmm::device_async_resource_ref;
+ *       "cached"   the resource with `cache` bytes of front cache, through the reference: every
+ *                  allocation after the first is a hit (the block freed just before, same
+ *                  stream). "cache" holds the cache's counters afterwards (hits, misses).
+ *   - "calls": ns per call of what a hit adds besides the cache itself, each alone:
+ *     cudaStreamIsCapturing, cudaStreamGetId (each made once per allocate and once per
+ *     deallocate), and the bare cache's take+put on the CPU (no CUDA).
+ *   - "resources": what each kind measured.
+ *   - "threads": T threads (8), each on its own stream, released together, hit pairs of one size
+ *     on ONE cached pinned resource; the same loop on 1 thread in the same round; aggregate
+ *     pairs/s and "scaling" = the median of the per-round ratios. The same without a cache for
+ *     reference; "calls": the same for cudaStreamIsCapturing and cudaStreamGetId alone (calls/s),
+ *     so a hit path that does not scale can be traced to the driver or to the cache; and
+ *     "control_scaling": pure arithmetic on T threads over 1, the most any code scales on this
+ *     machine now (a busy host shows there, not as a fault of the cache).
+ * Issue 14's targets (checked by the Python benchmark, targets.py): a pinned hit pair through the
+ * reference <= 150 ns at 4 KiB and 64 KiB; 8 threads >= 4x one.
+ *
+ * Usage: cache_bench [--quick] [--pairs N] [--rounds R] [--warmup W] [--threads T]
+ *                    [--sizes a,b,c] [--cache BYTES]
+ * Exit status: 0 when it measured (a failed part is named under "errors"), 1 without a usable
+ * CUDA device (stdout still holds one JSON object, {"error": ...}), 2 on bad arguments.
+ */
+
+#include "raw_pool_pairs.hpp"
+
+#include <asyncmr/asyncmr.hpp>
+#include <asyncmr/detail/front_cache.hpp>
+
+#include <rmm/aligned.hpp>
+#include <rmm/resource_ref.hpp>
+
+#include <cuda/stream>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// Where the timed CUDA calls' outputs go (each loop stores once), so no loop computes nothing.
+std::atomic<unsigned long long> sink{0};
+
+struct params {
+  int pairs{5000};        // pairs per timed round of "pairs"
+  int rounds{41};         // timed rounds of "pairs", "calls" and (a quarter, at least 5) threads
+  int warmup{1000};       // untimed pairs (or calls) before the rounds
+  int threads{8};         // threads of "threads"
+  double thread_ms{20};   // target length of one single-thread round of "threads"
+  std::size_t cache{std::size_t{64} << 20};  // cap of every cached resource, bytes
+  std::size_t thread_bytes{4096};
+  std::vector<std::size_t> sizes{4096, 65536};
+  long control_steps{50'000'000};
+};
+
+struct summary {
+  double median;
+  double p10;
+  double p90;
+};
+
+std::string json_escape(std::string const& s)
+{
+  std::string out;
+  out.reserve(s.size() + 2);
+  for (char const c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+double percentile(std::vector<double> v, double q)
+{
+  std::sort(v.begin(), v.end());
+  double const pos = q * static_cast<double>(v.size() - 1);
+  auto const lo    = static_cast<std::size_t>(pos);
+  auto const hi    = std::min(lo + 1, v.size() - 1);
+  double const f   = pos - static_cast<double>(lo);
+  return v[lo] * (1.0 - f) + v[hi] * f;
+}
+
+summary summarize(std::vector<double> const& v)
+{
+  return {percentile(v, 0.5), percentile(v, 0.1), percentile(v, 0.9)};
+}
+
+std::string cuda_failure(char const* call, cudaError_t e)
+{
+  cudaGetLastError();
+  return std::string{call} + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
+         ")";
+}
+
+void check(cudaError_t e, char const* call)
+{
+  if (e != cudaSuccess) { throw std::runtime_error{cuda_failure(call, e)}; }
+}
+
+double since_ns(clock_type::time_point t0)
+{
+  return std::chrono::duration<double, std::nano>(clock_type::now() - t0).count();
+}
+
+// ---- the timed loops --------------------------------------------------------------------
+
+/// ns per pair of cudaMallocFromPoolAsync + cudaFreeAsync (the one loop pool_floor times too).
+double floor_round(cudaMemPool_t pool, cudaStream_t stream, std::size_t bytes, int pairs)
+{
+  auto const r = asyncmr_bench::raw_pool_pairs(pool, stream, bytes, pairs);
+  if (r.error != cudaSuccess) { throw std::runtime_error{cuda_failure(r.failed_call, r.error)}; }
+  return static_cast<double>(r.elapsed_ns) / pairs;
+}
+
+/// `pairs` alloc+free pairs through RMM's type-erased reference, untimed.
+void ref_pairs(rmm::device_async_resource_ref ref,
+               cudaStream_t stream,
+               std::size_t bytes,
+               long pairs)
+{
+  cuda::stream_ref const s{stream};
+  for (long i = 0; i < pairs; ++i) {
+    void* p = ref.allocate(s, bytes, rmm::CUDA_ALLOCATION_ALIGNMENT);
+    ref.deallocate(s, p, bytes, rmm::CUDA_ALLOCATION_ALIGNMENT);
+  }
+}
+
+/// ns per pair through the reference.
+double ref_round(rmm::device_async_resource_ref ref,
+                 cudaStream_t stream,
+                 std::size_t bytes,
+                 int pairs)
+{
+  auto const t0 = clock_type::now();
+  ref_pairs(ref, stream, bytes, pairs);
+  return since_ns(t0) / pairs;
+}
+
+// ---- a: pairs, three ways on one pool -----------------------------------------------------
+
+/// One pool kind: a cached and an uncached resource over the same owned pool.
+struct kind_subject {
+  std::string kind;  // "pinned", "device", "managed"
+  std::string resource;
+  cudaMemPool_t pool{};
+  std::shared_ptr<asyncmr::detail::pool_resource_base> cached_keep;
+  std::shared_ptr<void> plain_keep;
+  std::optional<rmm::device_async_resource_ref> cached;
+  std::optional<rmm::device_async_resource_ref> plain;
+  std::string error;
+};
+
+template <class Resource, class Options>
+kind_subject make_kind(std::string kind, std::string resource, Options options, std::size_t cap)
+{
+  kind_subject k;
+  k.kind     = std::move(kind);
+  k.resource = std::move(resource);
+  try {
+    options.source = asyncmr::pool_source::new_pool;
+    options.cache  = cap;
+    auto cached    = std::make_shared<Resource>(options);
+    // The uncached resource adopts the same pool: floor, uncached and cached differ only in
+    // the path a pair takes.
+    auto plain = std::make_shared<Resource>(cached->pool(), Options{});
+    k.pool     = cached->pool_handle();
+    k.cached.emplace(*cached);
+    k.plain.emplace(*plain);
+    k.cached_keep = cached;
+    k.plain_keep  = plain;
+  } catch (std::exception const& e) {
+    k.error = e.what();
+  }
+  return k;
+}
+
+/// The rounds of one kind and size: ns per pair of each way, round by round.
+struct way_rounds {
+  std::vector<double> floor, uncached, cached;
+};
+
+way_rounds measure_pairs(kind_subject const& k,
+                         cudaStream_t stream,
+                         std::size_t bytes,
+                         params const& p)
+{
+  // Warm-up maps the pool's memory and puts the first block in the cache.
+  floor_round(k.pool, stream, bytes, p.warmup);
+  ref_round(*k.plain, stream, bytes, p.warmup);
+  ref_round(*k.cached, stream, bytes, p.warmup);
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  way_rounds out;
+  std::function<void()> const ways[3] = {
+    [&] { out.floor.push_back(floor_round(k.pool, stream, bytes, p.pairs)); },
+    [&] { out.uncached.push_back(ref_round(*k.plain, stream, bytes, p.pairs)); },
+    [&] { out.cached.push_back(ref_round(*k.cached, stream, bytes, p.pairs)); },
+  };
+  for (int r = 0; r < p.rounds; ++r) {
+    for (int i = 0; i < 3; ++i) {
+      ways[(r + i) % 3]();
+      check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    }
+  }
+  return out;
+}
+
+// ---- b: the calls a hit makes --------------------------------------------------------------
+
+void is_capturing_calls(cudaStream_t stream, long calls)
+{
+  cudaStreamCaptureStatus status{};
+  unsigned long long acc = 0;
+  for (long i = 0; i < calls; ++i) {
+    check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
+    acc += static_cast<unsigned long long>(status);
+  }
+  sink.store(acc, std::memory_order_relaxed);
+}
+
+void get_id_calls(cudaStream_t stream, long calls)
+{
+  unsigned long long id  = 0;
+  unsigned long long acc = 0;
+  for (long i = 0; i < calls; ++i) {
+    check(cudaStreamGetId(stream, &id), "cudaStreamGetId");
+    acc += id;
+  }
+  sink.store(acc, std::memory_order_relaxed);
+}
+
+struct call_rounds {
+  std::vector<double> is_capturing, get_id, take_put;
+};
+
+call_rounds measure_calls(cudaStream_t stream, params const& p)
+{
+  int const n = std::max(p.pairs * 4, 1000);
+  auto is_capturing = [stream](int calls) { is_capturing_calls(stream, calls); };
+  auto get_id       = [stream](int calls) { get_id_calls(stream, calls); };
+  // The bare cache (no CUDA): a fake block under one key, so every take hits.
+  asyncmr::detail::front_cache cache{p.cache};
+  std::byte block{};
+  if (!cache.put(1, &block, p.thread_bytes)) {
+    throw std::runtime_error{"front_cache put refused"};
+  }
+  auto take_put = [&](int pairs) {
+    for (int i = 0; i < pairs; ++i) {
+      void* const b = cache.take(1, p.thread_bytes);
+      if (b == nullptr || !cache.put(1, b, p.thread_bytes)) {
+        throw std::runtime_error{"front_cache take+put missed"};
+      }
+    }
+  };
+  is_capturing(p.warmup);
+  get_id(p.warmup);
+  take_put(p.warmup);
+  call_rounds out;
+  auto timed = [n](auto& loop, std::vector<double>& into) {
+    return [n, &loop, &into] {
+      auto const t0 = clock_type::now();
+      loop(n);
+      into.push_back(since_ns(t0) / n);
+    };
+  };
+  std::function<void()> const ways[3] = {timed(is_capturing, out.is_capturing),
+                                         timed(get_id, out.get_id),
+                                         timed(take_put, out.take_put)};
+  for (int r = 0; r < p.rounds; ++r) {
+    for (int i = 0; i < 3; ++i) { ways[(r + i) % 3](); }
+  }
+  cache.drain([](asyncmr::detail::stream_key, void*, std::size_t) noexcept {});  // a fake block
+  return out;
+}
+
+// ---- c: threads, each on its own stream -----------------------------------------------------
+
+/// What one thread runs: `count` operations (pairs, or calls) on `stream`.
+using thread_body = std::function<void(cudaStream_t stream, long count)>;
+
+/**
+ * Aggregate operations/s of `streams.size()` threads, each running `body(its stream, count)`,
+ * released together; wall = last end - first start (the threads' own clocks, so thread creation
+ * and join are not counted).
+ */
+double thread_round(thread_body const& body, std::vector<cudaStream_t> const& streams, long count)
+{
+  int const n = static_cast<int>(streams.size());
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<clock_type::time_point> start(n), end(n);
+  std::mutex error_mutex;
+  std::string error;
+  std::vector<std::thread> pool;
+  pool.reserve(n);
+  for (int t = 0; t < n; ++t) {
+    pool.emplace_back([&, t] {
+      ready.fetch_add(1, std::memory_order_acq_rel);
+      while (!go.load(std::memory_order_acquire)) { std::this_thread::yield(); }
+      start[t] = clock_type::now();
+      try {
+        body(streams[t], count);
+      } catch (std::exception const& e) {
+        std::lock_guard<std::mutex> lock{error_mutex};
+        error = e.what();
+      }
+      end[t] = clock_type::now();
+    });
+  }
+  while (ready.load(std::memory_order_acquire) < n) { std::this_thread::yield(); }
+  go.store(true, std::memory_order_release);
+  for (auto& th : pool) { th.join(); }
+  for (auto const s : streams) { check(cudaStreamSynchronize(s), "cudaStreamSynchronize"); }
+  if (!error.empty()) { throw std::runtime_error{error}; }
+  auto const first = *std::min_element(start.begin(), start.end());
+  auto const last  = *std::max_element(end.begin(), end.end());
+  double const s   = std::chrono::duration<double>(last - first).count();
+  return static_cast<double>(count) * n / s;
+}
+
+struct thread_result {
+  long per_thread{};              // operations per thread per round
+  std::vector<double> one, many;  // operations/s per round
+  std::string error;
+};
+
+/// One thread against all of them, alternating which goes first, `rounds` times.
+thread_result measure_threads(thread_body const& body,
+                              std::vector<cudaStream_t> const& streams,
+                              params const& p,
+                              int rounds)
+{
+  thread_result out;
+  try {
+    std::vector<cudaStream_t> const first{streams.front()};
+    for (auto const s : streams) { body(s, p.warmup); }  // every stream (the cache: every bucket)
+    // Size the rounds from the single-thread rate: a one-thread round lasts about thread_ms.
+    double const rate1 = thread_round(body, first, std::max(p.warmup, 1000));
+    out.per_thread =
+      std::clamp(static_cast<long>(rate1 * p.thread_ms * 1e-3), 1000L, 20'000'000L);
+    for (int r = 0; r < rounds; ++r) {
+      if (r % 2 == 0) {
+        out.one.push_back(thread_round(body, first, out.per_thread));
+        out.many.push_back(thread_round(body, streams, out.per_thread));
+      } else {
+        out.many.push_back(thread_round(body, streams, out.per_thread));
+        out.one.push_back(thread_round(body, first, out.per_thread));
+      }
+    }
+  } catch (std::exception const& e) {
+    out.error = e.what();
+  }
+  return out;
+}
+
+/// Pure arithmetic on `threads` threads over one: the ceiling of scaling on this machine now.
+double control_scaling(int threads, long steps)
+{
+  auto const rate = [steps](int n) {
+    std::vector<std::thread> pool;
+    std::atomic<std::uint64_t> total{0};
+    auto const t0 = clock_type::now();
+    for (int t = 0; t < n; ++t) {
+      pool.emplace_back([&, t] {
+        auto x = static_cast<std::uint64_t>(t);
+        for (long i = 0; i < steps; ++i) {
+          x = x * 6364136223846793005ULL + static_cast<std::uint64_t>(i);
+        }
+        total += x;
+      });
+    }
+    for (auto& th : pool) { th.join(); }
+    return static_cast<double>(steps) * n /
+           std::chrono::duration<double>(clock_type::now() - t0).count();
+  };
+  return rate(threads) / rate(1);
+}
+
+// ---- JSON ----------------------------------------------------------------------------------
+
+void write_rounds(std::ostream& os, std::vector<double> const& v)
+{
+  os << "[";
+  for (std::size_t i = 0; i < v.size(); ++i) { os << (i ? "," : "") << v[i]; }
+  os << "]";
+}
+
+/// {"median<unit>", "p10<unit>", "p90<unit>"} of v, and its rounds as "rounds<unit>" when
+/// `with_rounds`; `unit` is "_ns", "_pairs_per_s" or "" (a ratio).
+void write_summary(std::ostream& os,
+                   std::vector<double> const& v,
+                   char const* unit,
+                   bool with_rounds = false)
+{
+  auto const s = summarize(v);
+  os << "{\"median" << unit << "\":" << s.median << ",\"p10" << unit << "\":" << s.p10
+     << ",\"p90" << unit << "\":" << s.p90;
+  if (with_rounds) {
+    os << ",\"rounds" << unit << "\":";
+    write_rounds(os, v);
+  }
+  os << "}";
+}
+
+std::vector<double> per_round_ratio(std::vector<double> const& a, std::vector<double> const& b)
+{
+  std::vector<double> r;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    if (b[i] > 0) { r.push_back(a[i] / b[i]); }
+  }
+  return r;
+}
+
+bool parse_args(int argc, char** argv, params& p)
+{
+  for (int i = 1; i < argc; ++i) {
+    std::string const a = argv[i];
+    auto next_int       = [&](int& dst) {
+      if (i + 1 >= argc) { return false; }
+      dst = std::atoi(argv[++i]);
+      return dst > 0;
+    };
+    if (a == "--quick") {
+      p.pairs         = 2000;
+      p.rounds        = 15;
+      p.warmup        = 500;
+      p.thread_ms     = 8;
+      p.control_steps = 20'000'000;
+    } else if (a == "--pairs") {
+      if (!next_int(p.pairs)) { return false; }
+    } else if (a == "--rounds") {
+      if (!next_int(p.rounds)) { return false; }
+    } else if (a == "--warmup") {
+      if (!next_int(p.warmup)) { return false; }
+    } else if (a == "--threads") {
+      if (!next_int(p.threads) || p.threads < 2) { return false; }
+    } else if (a == "--cache") {
+      if (i + 1 >= argc) { return false; }
+      p.cache = static_cast<std::size_t>(std::strtoull(argv[++i], nullptr, 10));
+      if (p.cache < (std::size_t{1} << 20)) { return false; }  // room for every size's block
+    } else if (a == "--sizes") {
+      if (i + 1 >= argc) { return false; }
+      p.sizes.clear();
+      std::stringstream ss{argv[++i]};
+      std::string item;
+      while (std::getline(ss, item, ',')) {
+        auto const v = std::strtoull(item.c_str(), nullptr, 10);
+        if (v == 0 || v > (std::size_t{1} << 20)) { return false; }  // cached sizes only
+        p.sizes.push_back(static_cast<std::size_t>(v));
+      }
+      if (p.sizes.empty()) { return false; }
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+  params p;
+  if (!parse_args(argc, argv, p)) {
+    std::fprintf(stderr,
+                 "usage: cache_bench [--quick] [--pairs N] [--rounds R] [--warmup W] "
+                 "[--threads T (>= 2)] [--sizes BYTES,... (each <= 1 MiB)] [--cache BYTES (>= 1 MiB)]\n");
+    return 2;
+  }
+
+  try {
+    asyncmr::require_cuda();
+  } catch (std::exception const& e) {
+    std::printf("{\"error\":\"%s\"}\n", json_escape(e.what()).c_str());
+    std::fprintf(stderr, "cache_bench: %s\n", e.what());
+    return 1;
+  }
+
+  cudaSetDevice(0);
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  auto const versions = asyncmr::versions();
+  unsigned const cores = std::thread::hardware_concurrency();
+
+  std::vector<cudaStream_t> streams(static_cast<std::size_t>(p.threads));
+  for (auto& s : streams) {
+    if (auto const e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); e != cudaSuccess) {
+      std::printf("{\"error\":\"%s\"}\n",
+                  json_escape(cuda_failure("cudaStreamCreateWithFlags", e)).c_str());
+      return 1;
+    }
+  }
+  cudaStream_t const stream = streams.front();
+
+  using namespace asyncmr;
+  std::vector<kind_subject> kinds;
+  kinds.push_back(make_kind<async_pinned_memory_resource>(
+    "pinned", "async_pinned_memory_resource (owned pool)", pinned_resource_options{}, p.cache));
+  kinds.push_back(make_kind<async_device_memory_resource>(
+    "device", "async_device_memory_resource (owned pool)", device_resource_options{}, p.cache));
+  kinds.push_back(make_kind<async_managed_memory_resource>(
+    "managed", "async_managed_memory_resource (owned pool)", managed_resource_options{}, p.cache));
+
+  std::map<std::string, std::string> errors;
+  std::ostringstream os;
+  os.precision(6);
+
+  os << "\"resources\":{";
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    os << (i ? "," : "") << "\"" << kinds[i].kind << "\":\"" << json_escape(kinds[i].resource)
+       << ", cache " << p.cache << " B, and the same pool without cache\"";
+  }
+  os << "},";
+
+  // a. pairs
+  os << "\"pairs\":{";
+  bool first_kind = true;
+  std::ostringstream cache_json;
+  for (auto const& k : kinds) {
+    if (!k.error.empty()) {
+      errors[k.kind] = k.error;
+      continue;
+    }
+    os << (first_kind ? "" : ",") << "\"" << k.kind << "\":{";
+    first_kind      = false;
+    bool first_size = true;
+    for (std::size_t const bytes : p.sizes) {
+      try {
+        auto const r = measure_pairs(k, stream, bytes, p);
+        os << (first_size ? "" : ",") << "\"" << bytes << "\":{\"floor\":";
+        first_size = false;
+        write_summary(os, r.floor, "_ns");
+        os << ",\"uncached\":";
+        write_summary(os, r.uncached, "_ns");
+        os << ",\"cached\":";
+        write_summary(os, r.cached, "_ns");
+        os << ",\"cached_over_floor\":";
+        write_summary(os, per_round_ratio(r.cached, r.floor), "");
+        os << ",\"cached_over_uncached\":";
+        write_summary(os, per_round_ratio(r.cached, r.uncached), "");
+        os << ",\"rounds_ns\":{\"floor\":";
+        write_rounds(os, r.floor);
+        os << ",\"uncached\":";
+        write_rounds(os, r.uncached);
+        os << ",\"cached\":";
+        write_rounds(os, r.cached);
+        os << "}}";
+      } catch (std::exception const& e) {
+        errors["pairs:" + k.kind + "@" + std::to_string(bytes)] = e.what();
+        cudaGetLastError();
+      }
+    }
+    os << "}";
+    auto const st = k.cached_keep->cache_stats();
+    cache_json << (cache_json.tellp() > 0 ? "," : "") << "\"" << k.kind << "\":{\"cap\":"
+               << k.cached_keep->cache_capacity() << ",\"hits\":" << st->hits
+               << ",\"misses\":" << st->misses << ",\"refused_cap\":" << st->refused_cap
+               << ",\"cached_bytes\":" << st->cached_bytes
+               << ",\"cached_blocks\":" << st->cached_blocks << "}";
+  }
+  os << "},\"cache\":{" << cache_json.str() << "}";
+
+  // b. the calls of the hit path, alone
+  os << ",\"calls\":{";
+  try {
+    auto const c = measure_calls(stream, p);
+    char const* names[3]                  = {"cudaStreamIsCapturing", "cudaStreamGetId",
+                                             "front_cache take+put"};
+    std::vector<double> const* rounds[3] = {&c.is_capturing, &c.get_id, &c.take_put};
+    for (int i = 0; i < 3; ++i) {
+      os << (i ? "," : "") << "\"" << names[i] << "\":";
+      write_summary(os, *rounds[i], "_ns", true);
+    }
+  } catch (std::exception const& e) {
+    errors["calls"] = e.what();
+  }
+  os << "},\"calls_per_hit_pair\":{\"cudaStreamIsCapturing\":2,\"cudaStreamGetId\":2,"
+        "\"front_cache take+put\":1}";
+
+  // c. threads: hit pairs on the pinned kind, and the two CUDA calls of a hit, alone
+  int const thread_rounds = std::max(5, p.rounds / 4);
+  auto write_threads      = [&](std::ostream& out, thread_result const& t, char const* unit) {
+    out << "{\"per_thread\":" << t.per_thread << ",\"1\":";
+    write_summary(out, t.one, unit);
+    out << ",\"" << p.threads << "\":";
+    write_summary(out, t.many, unit);
+    out << ",\"scaling\":";
+    write_summary(out, per_round_ratio(t.many, t.one), "");
+    out << ",\"rounds" << unit << "\":{\"1\":";
+    write_rounds(out, t.one);
+    out << ",\"" << p.threads << "\":";
+    write_rounds(out, t.many);
+    out << "}}";
+  };
+  os << ",\"threads\":{\"kind\":\"pinned\",\"bytes\":" << p.thread_bytes
+     << ",\"threads\":" << p.threads << ",\"rounds\":" << thread_rounds << ",\"results\":{";
+  if (kinds.front().error.empty()) {
+    auto const& k    = kinds.front();
+    bool first       = true;
+    std::size_t const bytes = p.thread_bytes;
+    auto const ways  = {std::pair{"cached", *k.cached}, std::pair{"uncached", *k.plain}};
+    for (auto const& [way, ref] : ways) {
+      auto const t = measure_threads(
+        [ref = ref, bytes](cudaStream_t s, long n) { ref_pairs(ref, s, bytes, n); },
+        streams,
+        p,
+        thread_rounds);
+      if (!t.error.empty()) {
+        errors[std::string{"threads:"} + way] = t.error;
+        continue;
+      }
+      os << (first ? "" : ",") << "\"" << way << "\":";
+      first = false;
+      write_threads(os, t, "_pairs_per_s");
+    }
+  } else {
+    errors["threads"] = "no pinned resource: " + kinds.front().error;
+  }
+  os << "},\"calls\":{";
+  bool first_call = true;
+  for (auto const& [name, body] :
+       {std::pair<char const*, thread_body>{"cudaStreamIsCapturing", is_capturing_calls},
+        std::pair<char const*, thread_body>{"cudaStreamGetId", get_id_calls}}) {
+    auto const t = measure_threads(body, streams, p, thread_rounds);
+    if (!t.error.empty()) {
+      errors[std::string{"threads:"} + name] = t.error;
+      continue;
+    }
+    os << (first_call ? "" : ",") << "\"" << name << "\":";
+    first_call = false;
+    write_threads(os, t, "_calls_per_s");
+  }
+  os << "},\"control_scaling\":" << control_scaling(p.threads, p.control_steps) << "}";
+
+  // Resources (and their owned pools) go before the streams; the cached ones drain first.
+  kinds.clear();
+
+  std::ostringstream doc;
+  doc.precision(6);
+  doc << "{\"meta\":{\"gpu\":\"" << json_escape(prop.name) << "\",\"driver\":" << versions.driver
+      << ",\"runtime\":" << versions.runtime << ",\"variant\":\"cu" << versions.runtime / 1000
+      << "\",\"hardware_concurrency\":" << cores << ",\"clock\":\"steady_clock\""
+      << ",\"optimized\":" << (asyncmr_bench::built_optimized ? "true" : "false") << "}";
+  doc << ",\"params\":{\"pairs\":" << p.pairs << ",\"rounds\":" << p.rounds
+      << ",\"warmup\":" << p.warmup << ",\"cache_bytes\":" << p.cache << ",\"sizes\":[";
+  for (std::size_t i = 0; i < p.sizes.size(); ++i) { doc << (i ? "," : "") << p.sizes[i]; }
+  doc << "],\"threads\":" << p.threads << ",\"thread_ms\":" << p.thread_ms
+      << ",\"stream\":\"non-blocking streams\",\"alignment\":" << rmm::CUDA_ALLOCATION_ALIGNMENT
+      << "}," << os.str() << ",\"errors\":{";
+  bool first = true;
+  for (auto const& [k, v] : errors) {
+    doc << (first ? "" : ",") << "\"" << json_escape(k) << "\":\"" << json_escape(v) << "\"";
+    first = false;
+  }
+  doc << "}}";
+  std::puts(doc.str().c_str());
+
+  for (auto const s : streams) { cudaStreamDestroy(s); }
+  return 0;
+}
