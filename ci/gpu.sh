@@ -40,7 +40,7 @@ shift
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(build cpp consumer pytest demo)
 repo=$(cd "$(dirname "$0")/.." && pwd)
-cd "$repo"
+cd "$repo" || exit 1
 mkdir -p "$out"
 log=$out/gpu.log
 status=0
