@@ -181,5 +181,4 @@ function(asyncmr_cuda_from_wheel)
 
   message(STATUS "asyncmr: CUDA ${version} headers and static runtime from the wheel at ${wheel}")
   set(CUDAToolkit_ROOT "${root}" PARENT_SCOPE)
-  set(ASYNCMR_CUDA_WHEEL "${wheel}" PARENT_SCOPE)
 endfunction()
