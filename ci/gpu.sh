@@ -84,7 +84,8 @@ say "host: $gpus GPU(s); stages: ${stages[*]}"
 # ---- the sites the builds and tests import from --------------------------------------------
 # /tmp/site: CUDA 13 (rmm, librmm, the CUDA 13 runtime and crt wheels, Dask when carried).
 # /tmp/site-build: the PEP 517 backend (rapids-build-backend and its imports), for builds only.
-# /tmp/site12: CUDA 12, filled by the cu12 stage. No site holds two CUDA majors.
+# /tmp/site12: CUDA 12 (and Dask when carried), filled by the cu12 stage. No site holds two
+# CUDA majors.
 site=/tmp/site site_build=/tmp/site-build site12=/tmp/site12
 core_wheels=(.whl/core/*.whl)
 build_wheels=(.whl/build/*.whl)
@@ -95,7 +96,7 @@ for w in "${build_wheels[@]}"; do
   case ${w##*/} in nvidia_cuda_runtime-*|nvidia_cuda_crt-*) cuda13+=("$w") ;; *) other_build+=("$w") ;; esac
 done
 dask=()
-[ -d .whl/dask ] && dask=(.whl/dask/*.whl)
+compgen -G '.whl/dask/*.whl' >/dev/null && dask=(.whl/dask/*.whl)
 pipi() { python3 -m pip install -q --no-index --no-deps --no-compile --upgrade "$@"; }
 run setup-site pipi --target "$site" "${core_wheels[@]}" "${cuda13[@]}" "${dask[@]}" \
   || { fail setup "the wheels did not install into $site"; exit 1; }
@@ -225,7 +226,7 @@ if has cu12; then
   cu12_wheels=(.whl/cu12/*.whl)
   if [ ! -e "${cu12_wheels[0]}" ] || [ ! -e .whl/build/cuda12-crt.tar.gz ]; then
     fail cu12 "needs .whl/cu12/*.whl (../shared/wheelhouse.sh .whl cu12) and .whl/build/cuda12-crt.tar.gz (ci/build_wheels.sh .whl)"
-  elif ! run cu12-site pipi --target "$site12" "${cu12_wheels[@]}" \
+  elif ! run cu12-site pipi --target "$site12" "${cu12_wheels[@]}" "${dask[@]}" \
        || ! run cu12-crt tar -xzf .whl/build/cuda12-crt.tar.gz -C "$site12"; then
     fail cu12 "the CUDA 12 wheels did not install into $site12"
   elif ! run cu12-build env PYTHONPATH="$site12:$site_build" python3 -m pip install \
