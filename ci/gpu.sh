@@ -3,25 +3,51 @@
 #
 #   ci/gpu.sh OUTDIR [STAGE...]
 #
-# Stages (default: build cpp pytest demo): build, cpp (GoogleTest via ctest), pytest (all
-# Python tests), demo, bench (benchmark into OUTDIR/bench; quick unless BENCH_ARGS is set),
-# memcheck (compute-sanitizer memcheck over the Python suite), racecheck (over the C++ tests;
-# needs cpp), sanitizer (both),
-# soak (long stress run; ASYNCMR_STRESS_SECONDS, default 240).
-# Needs, in the repository: .whl/core/*.whl (../shared/wheelhouse.sh .whl core) and, for the
-# C++ tests, GoogleTest sources in .gtest (a copy of /usr/src/googletest).
-# Logs: OUTDIR/gpu.log (everything, in order) and one file per stage that writes one.
+# Stages (default: build cpp consumer pytest demo), run in this order whatever order they are
+# given in:
+#   build     asyncmr-cu13 from source into the system site (CUDA headers and static runtime
+#             from the wheels in .whl/build), checked: its name, its CUDA major, and
+#             ci/check_build.py (no toolkit file in the build)
+#   cpp       the GoogleTest suite (ctest), CUDA 13
+#   consumer  the C++ package installed with `cmake --install`, tests/cpp/consumer built against
+#             it and run (allocates through rmm::device_async_resource_ref from each resource)
+#   pytest    the whole Python suite
+#   demo      python -m asyncmr demo
+#   bench     the benchmark into OUTDIR/bench (quick unless BENCH_ARGS is set; needs cpp)
+#   memcheck  compute-sanitizer memcheck over the Python suite
+#   tsan      the C++ suite built with ThreadSanitizer (-DASYNCMR_SANITIZE=thread) and run
+#   sanitizer memcheck and tsan
+#   cu12      asyncmr-cu12 built from source into its own site (/tmp/site12, never mixed with
+#             the CUDA 13 one), checked as in build, then the whole Python suite and the C++
+#             suite against it (CuPy: the host's cupy-cuda13x, which talks to the same driver)
+#   cudf      (not written yet: the lead adds it)
+#   soak      long stress run (ASYNCMR_STRESS_SECONDS, default 240)
+#
+# Needs, in the repository:
+#   .whl/core/*.whl   ../shared/wheelhouse.sh .whl core       (rmm, librmm for CUDA 13)
+#   .whl/build/       ci/build_wheels.sh .whl                  (rapids-build-backend and what it
+#                     imports; the CUDA 13 runtime and crt wheels; the CUDA 12 crt headers)
+#   .whl/cu12/*.whl   ../shared/wheelhouse.sh .whl cu12       (for the cu12 stage)
+#   .whl/dask/*.whl   ../shared/wheelhouse.sh .whl dask       (optional: installed into the core
+#                     site when present, for the Dask tests)
+#   .gtest/           a copy of /usr/src/googletest           (for cpp, tsan, cu12)
+# Every pytest run sees ASYNCMR_REQUIRE_GPUS=<GPUs nvidia-smi lists>: there, a test that skips
+# for want of a GPU fails instead. Everything is logged, in order, to OUTDIR/gpu.log (the one log
+# file: a host returns few files); the exit status is 0 only if every stage passed.
 set -uo pipefail
 out=$(realpath -m "${1:?usage: ci/gpu.sh OUTDIR [STAGE...]}")
 shift
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(build cpp pytest demo)
+[ ${#stages[@]} -gt 0 ] || stages=(build cpp consumer pytest demo)
 repo=$(cd "$(dirname "$0")/.." && pwd)
-cd "$repo"
+cd "$repo" || exit 1
 mkdir -p "$out"
 log=$out/gpu.log
 status=0
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+# The builds take CUDA from the wheels (cmake/asyncmr_cuda_wheel.cmake): nothing may point them
+# elsewhere.
+unset CUDAToolkit_ROOT CUDACXX
 
 say() { echo "=== $* ($(date -u +%H:%M:%S))" | tee -a "$log"; }
 run() {  # run NAME CMD...: tee into the log, remember failures
@@ -33,30 +59,121 @@ run() {  # run NAME CMD...: tee into the log, remember failures
   [ "$rc" -eq 0 ] || status=1
   return "$rc"
 }
-has() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+fail() { say "$1: FAILED: $2"; status=1; }
+has() {
+  local s
+  for s in "${stages[@]}"; do
+    [ "$s" = "$1" ] && return 0
+    [ "$s" = sanitizer ] && { [ "$1" = memcheck ] || [ "$1" = tsan ]; } && return 0
+  done
+  return 1
+}
+for s in "${stages[@]}"; do
+  case $s in
+    build|cpp|consumer|pytest|demo|bench|memcheck|tsan|sanitizer|cu12|cudf|soak) ;;
+    *) echo "unknown stage: $s" >&2; exit 2 ;;
+  esac
+done
 
-say "host"
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+export ASYNCMR_REQUIRE_GPUS=$gpus
+say "host: $gpus GPU(s); stages: ${stages[*]}"
 { nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv
   python3 --version; cmake --version | head -1; nvcc --version | tail -1; } 2>&1 | tee -a "$log"
 
-# Dependencies from the wheelhouse, then the project itself.
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
-  .whl/core/*.whl 2>&1 | tee -a "$log"
-export PYTHONPATH=/tmp/site
+# ---- the sites the builds and tests import from --------------------------------------------
+# /tmp/site: CUDA 13 (rmm, librmm, the CUDA 13 runtime and crt wheels, Dask when carried).
+# /tmp/site-build: the PEP 517 backend (rapids-build-backend and its imports), for builds only.
+# /tmp/site12: CUDA 12 (and Dask when carried), filled by the cu12 stage. No site holds two
+# CUDA majors.
+site=/tmp/site site_build=/tmp/site-build site12=/tmp/site12
+core_wheels=(.whl/core/*.whl)
+build_wheels=(.whl/build/*.whl)
+[ -e "${core_wheels[0]}" ] || { fail setup "no .whl/core/*.whl (../shared/wheelhouse.sh .whl core)"; exit 1; }
+[ -e "${build_wheels[0]}" ] || { fail setup "no .whl/build/*.whl (ci/build_wheels.sh .whl)"; exit 1; }
+cuda13=(); other_build=()
+for w in "${build_wheels[@]}"; do
+  case ${w##*/} in nvidia_cuda_runtime-*|nvidia_cuda_crt-*) cuda13+=("$w") ;; *) other_build+=("$w") ;; esac
+done
+dask=()
+compgen -G '.whl/dask/*.whl' >/dev/null && dask=(.whl/dask/*.whl)
+pipi() { python3 -m pip install -q --no-index --no-deps --no-compile --upgrade "$@"; }
+run setup-site pipi --target "$site" "${core_wheels[@]}" "${cuda13[@]}" "${dask[@]}" \
+  || { fail setup "the wheels did not install into $site"; exit 1; }
+run setup-build-site pipi --target "$site_build" "${other_build[@]}" \
+  || { fail setup "the build backend did not install into $site_build"; exit 1; }
+export PYTHONPATH=$site
+
+# check_variant NAME MAJOR PYTHONPATH: the asyncmr imported there is asyncmr-cu<MAJOR> and
+# links the CUDA <MAJOR> runtime, and its build (build/cu<MAJOR>-*) used the wheels only.
+check_variant() {
+  local name=$1 major=$2 path=$3 dir
+  run "$name-check" env PYTHONPATH="$path" python3 -c "
+import importlib.metadata as md, asyncmr
+names = sorted(d.metadata['Name'] for d in md.distributions()
+               if d.metadata['Name'].startswith('asyncmr'))
+print('asyncmr', asyncmr.__file__, 'runtime', asyncmr.runtime_version(), 'distributions', names)
+assert 'asyncmr-cu$major' in names, names
+assert asyncmr.runtime_version() // 1000 == $major, 'not the CUDA $major build'
+" || return 1
+  dir=$(ls -d build/cu"$major"-* 2>/dev/null | head -1)
+  run "$name-check-build" python3 ci/check_build.py "${dir:-build/cu$major-missing}" --cuda "$major"
+}
+
+# cpp_suite NAME BUILD_DIR SITE [CMAKE_ARG...]: configure, build and run the GoogleTest suite
+# against the rmm in SITE. The test kernels are built by the host's nvcc into a fatbin and
+# loaded through the driver API, so the same nvcc serves the CUDA 12 and 13 builds.
+cpp_suite() {
+  local name=$1 dir=$2 where=$3
+  shift 3
+  run "$name-configure" env PYTHONPATH="$where" cmake -S . -B "$dir" -G Ninja \
+    -DASYNCMR_BUILD_PYTHON=OFF -DASYNCMR_BUILD_TESTS=ON -DASYNCMR_TEST_CUDA_ARCHITECTURES=90 \
+    -DASYNCMR_GTEST_SOURCE_DIR="$repo/.gtest" -DASYNCMR_TEST_NVCC="$(command -v nvcc)" \
+    -DPython3_EXECUTABLE="$(command -v python3)" \
+    "-DCMAKE_PREFIX_PATH=$where/librmm;$where/rapids_logger" "$@" \
+  && run "$name-build" cmake --build "$dir" -j 16 \
+  && run "$name" ctest --test-dir "$dir" --output-on-failure -j 4
+}
+
+# ---- build: asyncmr-cu13 --------------------------------------------------------------------
 if has build; then
-  run build python3 -m pip install --no-build-isolation --no-deps -q . || { echo "build failed"; exit 1; }
+  run build env PYTHONPATH="$site:$site_build" python3 -m pip install --no-build-isolation \
+    --no-deps -q . || { fail build "asyncmr-cu13 did not build or install"; exit 1; }
+  check_variant build 13 "$site"
 fi
 
+# ---- cpp: the C++ suite, CUDA 13 --------------------------------------------------------------
 if has cpp; then
-  run cpp-configure cmake -S . -B build/cpp -G Ninja -DASYNCMR_BUILD_PYTHON=OFF \
-    -DASYNCMR_BUILD_TESTS=ON -DASYNCMR_BUILD_BENCHMARKS=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DCMAKE_BUILD_TYPE=Release \
-    -DASYNCMR_GTEST_SOURCE_DIR="$repo/.gtest" \
-    "-DCMAKE_PREFIX_PATH=/tmp/site/librmm;/tmp/site/rapids_logger" >/dev/null \
-  && run cpp-build cmake --build build/cpp -j 16 \
-  && run ctest ctest --test-dir build/cpp --output-on-failure -j 4
+  cpp_suite cpp build/cpp "$site" -DASYNCMR_BUILD_BENCHMARKS=ON -DCMAKE_BUILD_TYPE=Release
 fi
 
+# ---- consumer: find_package(asyncmr) from an installed package --------------------------------
+if has consumer; then
+  prefix=$repo/build/consumer-prefix
+  rm -rf "$prefix"
+  if run consumer-library cmake -S . -B build/consumer-lib -G Ninja -DASYNCMR_BUILD_PYTHON=OFF \
+       -DPython3_EXECUTABLE="$(command -v python3)" \
+       "-DCMAKE_PREFIX_PATH=$site/librmm;$site/rapids_logger" \
+     && run consumer-library-build cmake --build build/consumer-lib -j 16 \
+     && run consumer-install cmake --install build/consumer-lib --prefix "$prefix" \
+     && run consumer-configure cmake -S tests/cpp/consumer -B build/consumer -G Ninja \
+       -DPython3_EXECUTABLE="$(command -v python3)" \
+       "-DCMAKE_PREFIX_PATH=$prefix;$site/librmm;$site/rapids_logger" \
+     && run consumer-build cmake --build build/consumer; then
+    say "consumer: build/consumer/asyncmr_consumer"
+    build/consumer/asyncmr_consumer 2>&1 | tee -a "$log"
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" -eq 77 ] && [ "$gpus" -eq 0 ]; then
+      say "consumer: no GPU here, not run"
+    elif [ "$rc" -ne 0 ]; then
+      fail consumer "exit $rc"
+    else
+      say "consumer: exit 0"
+    fi
+  fi
+fi
+
+# ---- Python suite, demo, benchmark (CUDA 13) --------------------------------------------------
 if has pytest; then
   run pytest python3 -m pytest tests -q -rs -p no:cacheprovider
 fi
@@ -67,11 +184,13 @@ fi
 
 if has bench; then
   floor=build/cpp/benchmarks/cpp/pool_floor
-  # BENCH_ARGS="" runs the full benchmark (a few minutes); the default is the quick one.
+  # BENCH_ARGS="" runs the full benchmark (a few minutes); the default is the quick one. A
+  # benchmark that exits non-zero fails the stage (run records it).
   run bench python3 -m asyncmr bench ${BENCH_ARGS---quick} --out "$out/bench" --floor-bin "$floor"
 fi
 
-if has sanitizer || has memcheck; then
+# ---- sanitizers -------------------------------------------------------------------------------
+if has memcheck; then
   # Some tests make CUDA calls fail on purpose (bad input, out of memory): those API errors
   # are expected, so memcheck reports memory errors only. Short stress and capture settings
   # keep the instrumented run inside the time limit. The PyTorch and Numba cases are left
@@ -82,13 +201,48 @@ if has sanitizer || has memcheck; then
     python3 -m pytest tests -q -rs -p no:cacheprovider -m "not soak" \
     --ignore tests/test_integrations.py
 fi
-if has sanitizer || has racecheck; then
-  if [ -x build/cpp/tests/cpp/asyncmr_tests ]; then
-    run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 \
-      build/cpp/tests/cpp/asyncmr_tests
-  else
-    say "racecheck: no build/cpp/tests/cpp/asyncmr_tests (add the cpp stage)"; status=1
+
+if has tsan; then
+  # ThreadSanitizer over the C++ suite: the library and the tests are instrumented; the CUDA
+  # runtime and driver are not, so races inside them go unseen, and reports from the driver's
+  # own threads are dropped (ignore_noninstrumented_modules). No suppressions: a report is a
+  # finding. Its exit status is 66 when it reported anything. ASLR off (setarch -R): older TSan
+  # runtimes cannot map their shadow under a kernel's high mmap randomization.
+  if run tsan-configure cmake -S . -B build/tsan -G Ninja -DASYNCMR_BUILD_PYTHON=OFF \
+       -DASYNCMR_BUILD_TESTS=ON -DASYNCMR_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+       -DASYNCMR_TEST_CUDA_ARCHITECTURES=90 -DASYNCMR_GTEST_SOURCE_DIR="$repo/.gtest" \
+       -DASYNCMR_TEST_NVCC="$(command -v nvcc)" -DPython3_EXECUTABLE="$(command -v python3)" \
+       "-DCMAKE_PREFIX_PATH=$site/librmm;$site/rapids_logger" \
+     && run tsan-build cmake --build build/tsan -j 16; then
+    norand=()
+    setarch "$(uname -m)" -R true 2>/dev/null && norand=(setarch "$(uname -m)" -R)
+    run tsan env TSAN_OPTIONS="halt_on_error=0 exitcode=66 second_deadlock_stack=1 ignore_noninstrumented_modules=1" \
+      "${norand[@]}" build/tsan/tests/cpp/asyncmr_tests --gtest_brief=1
   fi
+fi
+
+# ---- cu12: asyncmr-cu12 in its own site --------------------------------------------------------
+if has cu12; then
+  cu12_wheels=(.whl/cu12/*.whl)
+  if [ ! -e "${cu12_wheels[0]}" ] || [ ! -e .whl/build/cuda12-crt.tar.gz ]; then
+    fail cu12 "needs .whl/cu12/*.whl (../shared/wheelhouse.sh .whl cu12) and .whl/build/cuda12-crt.tar.gz (ci/build_wheels.sh .whl)"
+  elif ! run cu12-site pipi --target "$site12" "${cu12_wheels[@]}" "${dask[@]}" \
+       || ! run cu12-crt tar -xzf .whl/build/cuda12-crt.tar.gz -C "$site12"; then
+    fail cu12 "the CUDA 12 wheels did not install into $site12"
+  elif ! run cu12-build env PYTHONPATH="$site12:$site_build" python3 -m pip install \
+         --no-build-isolation --no-deps -q --target "$site12" --upgrade \
+         -C rapidsai.matrix-entry=cuda=12.9 .; then
+    fail cu12 "asyncmr-cu12 did not build or install"
+  else
+    check_variant cu12 12 "$site12"
+    run cu12-pytest env PYTHONPATH="$site12" python3 -m pytest tests -q -rs -p no:cacheprovider
+    cpp_suite cu12-cpp build/cpp12 "$site12" -DCMAKE_BUILD_TYPE=Release
+  fi
+fi
+
+# ---- cudf: the lead's stage goes here ----------------------------------------------------------
+if has cudf; then
+  fail cudf "not written yet"
 fi
 
 if has soak; then

@@ -1,62 +1,46 @@
 /*
  * SPDX-License-Identifier: Apache-2.0
  */
+
+// The kernels the tests launch. nvcc compiles this file alone into a fatbin (sm_90 SASS and
+// PTX, see CMakeLists.txt) that the test binary embeds and loads through the driver API
+// (test_kernels.cpp): nothing here is linked against a CUDA runtime, so the same kernels serve
+// builds against the CUDA 12 and the CUDA 13 runtime. The names are extern "C" because the
+// loader looks them up by name.
+
 #include "test_kernels.hpp"
 
-namespace asyncmr::test {
 namespace {
 
-constexpr unsigned block_size = 256;
-
-__global__ void fill_kernel(std::uint32_t* words, std::size_t count, std::uint32_t seed)
+__device__ unsigned long long grid_stride()
 {
-  auto const stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (auto i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += stride) {
-    words[i] = pattern_word(i, seed);
-  }
+  return static_cast<unsigned long long>(gridDim.x) * blockDim.x;
 }
 
-__global__ void count_mismatches_kernel(std::uint32_t const* words,
-                                        std::size_t count,
-                                        std::uint32_t seed,
-                                        unsigned long long* mismatches)
+__device__ unsigned long long first_index()
 {
-  auto const stride        = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  unsigned long long local = 0;
-  for (auto i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += stride) {
-    if (words[i] != pattern_word(i, seed)) { ++local; }
-  }
-  if (local != 0) { atomicAdd(mismatches, local); }
-}
-
-unsigned grid_for(std::size_t count)
-{
-  auto const blocks = (count + block_size - 1) / block_size;
-  return static_cast<unsigned>(blocks == 0 ? 1 : (blocks > 1024 ? 1024 : blocks));
+  return static_cast<unsigned long long>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 
 }  // namespace
 
-cudaError_t launch_fill(std::uint32_t* words,
-                        std::size_t count,
-                        std::uint32_t seed,
-                        cudaStream_t stream)
+extern "C" __global__ void asyncmr_test_fill(std::uint32_t* words,
+                                             unsigned long long count,
+                                             std::uint32_t seed)
 {
-  fill_kernel<<<grid_for(count), block_size, 0, stream>>>(words, count, seed);
-  return cudaGetLastError();
+  for (auto i = first_index(); i < count; i += grid_stride()) {
+    words[i] = asyncmr::test::pattern_word(i, seed);
+  }
 }
 
-cudaError_t launch_count_mismatches(std::uint32_t const* words,
-                                    std::size_t count,
-                                    std::uint32_t seed,
-                                    unsigned long long* mismatches,
-                                    cudaStream_t stream)
+extern "C" __global__ void asyncmr_test_count_mismatches(std::uint32_t const* words,
+                                                         unsigned long long count,
+                                                         std::uint32_t seed,
+                                                         unsigned long long* mismatches)
 {
-  count_mismatches_kernel<<<grid_for(count), block_size, 0, stream>>>(
-    words, count, seed, mismatches);
-  return cudaGetLastError();
+  unsigned long long local = 0;
+  for (auto i = first_index(); i < count; i += grid_stride()) {
+    if (words[i] != asyncmr::test::pattern_word(i, seed)) { ++local; }
+  }
+  if (local != 0) { atomicAdd(mismatches, local); }
 }
-
-}  // namespace asyncmr::test

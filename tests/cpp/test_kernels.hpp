@@ -6,7 +6,9 @@
 /**
  * @file test_kernels.hpp
  * @brief Kernels the tests launch, behind plain host functions so the test sources compile with
- * the host compiler alone.
+ * the host compiler alone. The kernels (test_kernels.cu) are built into a fatbin that the test
+ * binary embeds and launches through the driver API (test_kernels.cpp), so the tests link no
+ * CUDA runtime but asyncmr's own, whichever CUDA major that is.
  */
 
 #include <cuda_runtime_api.h>
@@ -33,7 +35,8 @@ ASYNCMR_TEST_HOST_DEVICE constexpr std::uint32_t pattern_word(std::size_t i,
 
 /**
  * @brief Launches a kernel on `stream` that writes `pattern_word(i, seed)` to `words[i]` for
- * every `i < count`. Returns the launch status (`cudaGetLastError`).
+ * every `i < count`. Returns the launch status (the driver's, as the runtime's error code of the
+ * same number; loading the kernels on first use included).
  */
 cudaError_t launch_fill(std::uint32_t* words,
                         std::size_t count,
