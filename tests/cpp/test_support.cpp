@@ -73,9 +73,7 @@ int device_count()
 
 std::string managed_pools_unavailable()
 {
-#if CUDART_VERSION < 13000
-  return "managed memory pools need a CUDA 13 build";
-#else
+  // A CUDA 12 build reaches a 13.x driver's managed pools through its entry points.
   if (versions().driver < 13000) {
     return "managed memory pools need a CUDA 13 driver; this one is " +
            version_string(versions().driver);
@@ -84,32 +82,79 @@ std::string managed_pools_unavailable()
     return "device 0 has no concurrent managed access, which managed pools need";
   }
   return {};
-#endif
 }
 
 std::string host_pools_unavailable()
 {
-  if (!device_attribute(cudaDevAttrHostMemoryPoolsSupported)) {
+  // cudaDevAttrHostMemoryPoolsSupported, by number: 12.9 headers do not name it.
+  if (!device_attribute(static_cast<cudaDeviceAttr>(144))) {
     return "device 0 does not support host memory pools (cudaDevAttrHostMemoryPoolsSupported=0)";
   }
   return {};
 }
 
 // ---- the driver's view ------------------------------------------------------------------------
+//
+// Asked without asyncmr: the CUDA 13 runtime's calls, or in a CUDA 12 build the same driver
+// functions through their entry points (CUDA 13 drivers only; the tests that need pools by
+// location for host or managed memory skip on older drivers).
+
+namespace {
+
+using get_pool_fn = int (*)(cudaMemPool_t*, cudaMemLocation*, int);
+using set_pool_fn = int (*)(cudaMemLocation*, int, cudaMemPool_t);
+
+template <class Fn>
+Fn driver_function(char const* symbol)
+{
+  void* address                          = nullptr;
+  cudaDriverEntryPointQueryResult result = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion(symbol, &address, 13000, cudaEnableDefault, &result) !=
+        cudaSuccess ||
+      result != cudaDriverEntryPointSuccess) {
+    cudaGetLastError();
+    ADD_FAILURE() << symbol << " is not in this driver";
+    return nullptr;
+  }
+  return reinterpret_cast<Fn>(address);
+}
+
+int driver_type(allocation_type type) { return type == allocation_type::managed ? 2 : 1; }
+
+cudaError_t get_pool(bool current, cudaMemLocation loc, int type, cudaMemPool_t* pool)
+{
+#if CUDART_VERSION >= 13000
+  auto const t = static_cast<cudaMemAllocationType>(type);
+  return current ? cudaMemGetMemPool(pool, &loc, t) : cudaMemGetDefaultMemPool(pool, &loc, t);
+#else
+  auto const fn = driver_function<get_pool_fn>(current ? "cuMemGetMemPool" : "cuMemGetDefaultMemPool");
+  return fn == nullptr ? cudaErrorNotSupported : static_cast<cudaError_t>(fn(pool, &loc, type));
+#endif
+}
+
+cudaError_t set_pool(cudaMemLocation loc, int type, cudaMemPool_t pool)
+{
+#if CUDART_VERSION >= 13000
+  return cudaMemSetMemPool(&loc, static_cast<cudaMemAllocationType>(type), pool);
+#else
+  auto const fn = driver_function<set_pool_fn>("cuMemSetMemPool");
+  return fn == nullptr ? cudaErrorNotSupported : static_cast<cudaError_t>(fn(&loc, type, pool));
+#endif
+}
+
+}  // namespace
 
 cudaMemPool_t driver_default_pool(location where, allocation_type type)
 {
-  cudaMemLocation loc = where.to_cuda();
-  cudaMemPool_t pool  = nullptr;
-  EXPECT_EQ(cudaSuccess, cudaMemGetDefaultMemPool(&pool, &loc, detail::to_cuda(type)));
+  cudaMemPool_t pool = nullptr;
+  EXPECT_EQ(cudaSuccess, get_pool(false, where.to_cuda(), driver_type(type), &pool));
   return pool;
 }
 
 cudaMemPool_t driver_current_pool(location where, allocation_type type)
 {
-  cudaMemLocation loc = where.to_cuda();
-  cudaMemPool_t pool  = nullptr;
-  EXPECT_EQ(cudaSuccess, cudaMemGetMemPool(&pool, &loc, detail::to_cuda(type)));
+  cudaMemPool_t pool = nullptr;
+  EXPECT_EQ(cudaSuccess, get_pool(true, where.to_cuda(), driver_type(type), &pool));
   return pool;
 }
 
@@ -134,11 +179,10 @@ void GpuTest::SetUp()
     if (key.type == allocation_type::managed && !managed_pools_unavailable().empty()) { continue; }
     if (key.where.is_host() && !host_pools_unavailable().empty()) { continue; }
     shared_pool_snapshot s{};
-    s.loc               = key.where.to_cuda();
-    s.type              = detail::to_cuda(key.type);
-    cudaMemLocation loc = s.loc;
-    if (cudaMemGetDefaultMemPool(&s.default_pool, &loc, s.type) != cudaSuccess ||
-        cudaMemGetMemPool(&s.current_pool, &loc, s.type) != cudaSuccess ||
+    s.loc  = key.where.to_cuda();
+    s.type = driver_type(key.type);
+    if (get_pool(false, s.loc, s.type, &s.default_pool) != cudaSuccess ||
+        get_pool(true, s.loc, s.type, &s.current_pool) != cudaSuccess ||
         cudaMemPoolGetAttribute(
           s.default_pool, cudaMemPoolAttrReleaseThreshold, &s.default_threshold) != cudaSuccess ||
         cudaMemPoolGetAttribute(
@@ -159,12 +203,10 @@ void GpuTest::TearDown()
   EXPECT_EQ(cudaSuccess, cudaStreamDestroy(stream_));
   stream_ = nullptr;
   for (auto& s : saved_) {
-    cudaMemLocation loc = s.loc;
-    cudaMemPool_t now   = nullptr;
-    if (cudaMemGetMemPool(&now, &loc, s.type) == cudaSuccess && now != s.current_pool) {
+    cudaMemPool_t now = nullptr;
+    if (get_pool(true, s.loc, s.type, &now) == cudaSuccess && now != s.current_pool) {
       ADD_FAILURE() << "a test left another pool current; routing it back";
-      loc = s.loc;
-      EXPECT_EQ(cudaSuccess, cudaMemSetMemPool(&loc, s.type, s.current_pool));
+      EXPECT_EQ(cudaSuccess, set_pool(s.loc, s.type, s.current_pool));
     }
     EXPECT_EQ(cudaSuccess,
               cudaMemPoolSetAttribute(

@@ -49,9 +49,10 @@ inline constexpr std::uint32_t test_seed = 0x5eed1234u;
 
 // ---- the driver's view, read without asyncmr --------------------------------------------------
 
-/// @brief `cudaMemGetDefaultMemPool` for `where` and `type`, asked directly.
+/// @brief `cudaMemGetDefaultMemPool` for `where` and `type`, asked directly (a CUDA 12 build
+/// asks the 13.x driver's `cuMemGetDefaultMemPool`).
 [[nodiscard]] cudaMemPool_t driver_default_pool(location where, allocation_type type);
-/// @brief `cudaMemGetMemPool` for `where` and `type`, asked directly.
+/// @brief `cudaMemGetMemPool` for `where` and `type`, asked directly (or `cuMemGetMemPool`).
 [[nodiscard]] cudaMemPool_t driver_current_pool(location where, allocation_type type);
 /// @brief The pool's release threshold in bytes, asked directly.
 [[nodiscard]] std::uint64_t driver_threshold(cudaMemPool_t pool);
@@ -77,7 +78,7 @@ class GpuTest : public ::testing::Test {
  private:
   struct shared_pool_snapshot {
     cudaMemLocation loc;
-    cudaMemAllocationType type;
+    int type;  ///< the driver's CUmemAllocationType (1 pinned, 2 managed)
     cudaMemPool_t default_pool;
     std::uint64_t default_threshold;
     cudaMemPool_t current_pool;
