@@ -20,7 +20,13 @@
 #   cu12      asyncmr-cu12 built from source into its own site (/tmp/site12, never mixed with
 #             the CUDA 13 one), checked as in build, then the whole Python suite and the C++
 #             suite against it (CuPy: the host's cupy-cuda13x, which talks to the same driver)
-#   cudf      (not written yet: the lead adds it)
+#   cache     the stress, capture and lifetime suites and the front-cache tests again, with every
+#             resource they make behind a 64 MiB front cache (ASYNCMR_TEST_CACHE)
+#   cachecheck compute-sanitizer memcheck over that same run
+#   cudf      libcudf and pylibcudf (CUDF_WHEELS, default /tmp/big: ../shared/bigcarry.sh puts
+#             them there) installed before the build, so asyncmr._cudf is built; then
+#             tests/test_cudf.py must run (ASYNCMR_REQUIRE_CUDF=1) and examples/cudf_pinned is
+#             built against the installed C++ package (needs consumer) and run
 #   soak      long stress run (ASYNCMR_STRESS_SECONDS, default 240)
 #
 # Needs, in the repository:
@@ -70,7 +76,7 @@ has() {
 }
 for s in "${stages[@]}"; do
   case $s in
-    build|cpp|consumer|pytest|demo|bench|memcheck|tsan|sanitizer|cu12|cudf|soak) ;;
+    build|cpp|consumer|pytest|demo|bench|memcheck|tsan|sanitizer|cu12|cudf|cache|cachecheck|soak) ;;
     *) echo "unknown stage: $s" >&2; exit 2 ;;
   esac
 done
@@ -103,6 +109,17 @@ run setup-site pipi --target "$site" "${core_wheels[@]}" "${cuda13[@]}" "${dask[
 run setup-build-site pipi --target "$site_build" "${other_build[@]}" \
   || { fail setup "the build backend did not install into $site_build"; exit 1; }
 export PYTHONPATH=$site
+if has cudf; then
+  # Before the build, so that CMake finds libcudf and builds asyncmr._cudf.
+  cudf_wheels=("${CUDF_WHEELS:-/tmp/big}"/*.whl)
+  if [ ! -e "${cudf_wheels[0]}" ]; then
+    fail cudf "no wheels in ${CUDF_WHEELS:-/tmp/big} (../shared/wheelhouse.sh .whl cudf, carried with bigcarry.sh)"
+  elif run cudf-site pipi --target "$site" "${cudf_wheels[@]}"; then
+    export ASYNCMR_REQUIRE_CUDF=1  # the cuDF tests must run, in every pytest stage
+  else
+    fail cudf "the cuDF wheels did not install into $site"
+  fi
+fi
 
 # check_variant NAME MAJOR PYTHONPATH: the asyncmr imported there is asyncmr-cu<MAJOR> and
 # links the CUDA <MAJOR> runtime, and its build (build/cu<MAJOR>-*) used the wheels only.
@@ -132,7 +149,9 @@ cpp_suite() {
     -DPython3_EXECUTABLE="$(command -v python3)" \
     "-DCMAKE_PREFIX_PATH=$where/librmm;$where/rapids_logger" "$@" \
   && run "$name-build" cmake --build "$dir" -j 16 \
-  && run "$name" ctest --test-dir "$dir" --output-on-failure -j 4
+  && run "$name" ctest --test-dir "$dir" --output-on-failure -j 4 \
+       --output-junit "/tmp/$name-junit.xml" \
+  && { [ "$gpus" -eq 0 ] || run "$name-skips" python3 ci/check_skips.py "/tmp/$name-junit.xml"; }
 }
 
 # ---- build: asyncmr-cu13 --------------------------------------------------------------------
@@ -240,9 +259,38 @@ if has cu12; then
   fi
 fi
 
-# ---- cudf: the lead's stage goes here ----------------------------------------------------------
-if has cudf; then
-  fail cudf "not written yet"
+# ---- cache: the reliability suites behind a front cache ------------------------------------------
+cache_tests=(tests/reliability/test_reliability_stress.py tests/reliability/test_reliability_capture.py
+             tests/reliability/test_reliability_lifetimes.py tests/test_front_cache.py)
+if has cache; then
+  ASYNCMR_TEST_CACHE=$((64 << 20)) run cache python3 -m pytest "${cache_tests[@]}" -q -rs \
+    -p no:cacheprovider -m "not soak"
+fi
+if has cachecheck; then
+  ASYNCMR_TEST_CACHE=$((64 << 20)) ASYNCMR_UNDER_SANITIZER=1 ASYNCMR_STRESS_OPS=300 \
+    ASYNCMR_CAPTURE_CYCLES=200 run cachecheck compute-sanitizer \
+    --tool memcheck --report-api-errors no --error-exitcode 9 --target-processes all \
+    python3 -m pytest "${cache_tests[@]}" -q -rs -p no:cacheprovider -m "not soak"
+fi
+
+# ---- cudf: asyncmr's pinned pool as libcudf's pinned resource ----------------------------------
+if has cudf && [ -n "${ASYNCMR_REQUIRE_CUDF:-}" ]; then
+  run cudf-pytest python3 -m pytest tests/test_cudf.py -q -rs -p no:cacheprovider
+  prefix=$repo/build/consumer-prefix
+  if [ ! -d "$prefix" ]; then
+    fail cudf "examples/cudf_pinned needs the installed C++ package (add the consumer stage)"
+  elif run cudf-example-configure cmake -S examples/cudf_pinned -B build/cudf_pinned -G Ninja \
+         -DPython3_EXECUTABLE="$(command -v python3)" \
+         "-DCMAKE_PREFIX_PATH=$prefix;$site/libcudf;$site/librmm;$site/rapids_logger" \
+       && run cudf-example-build cmake --build build/cudf_pinned -j 16; then
+    # libcudf.so and the libraries it needs, from the wheels on the Python path.
+    ldpath=$(python3 -c '
+import glob, os, sys
+pats = ("libcudf/lib64", "libkvikio/lib64", "librmm/lib64", "rapids_logger/lib64",
+        "nvidia/libnvcomp/lib64", "nvidia/cu13/lib", "nvidia/*/lib")
+print(":".join(sorted({d for p in sys.path for pat in pats for d in glob.glob(os.path.join(p or ".", pat))})))')
+    run cudf-example env LD_LIBRARY_PATH="$ldpath:${LD_LIBRARY_PATH:-}" build/cudf_pinned/cudf_pinned
+  fi
 fi
 
 if has soak; then

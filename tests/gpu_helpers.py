@@ -198,17 +198,20 @@ def sync():
     cupy.cuda.runtime.deviceSynchronize()
 
 
-def run_python(code: str, *args: str, env: dict | None = None, timeout: float = 240):
+def run_python(code: str, *args: str, env: dict | None = None, timeout: float = 240,
+               pass_fds: tuple = ()):
     """Runs ``code`` with ``args`` as ``sys.argv[1:]`` in a fresh interpreter: this one's
     executable, the test tree's helpers importable (tests/ and tests/reliability/), faulthandler
-    on so a crash prints a stack. Returns the CompletedProcess."""
+    on so a crash prints a stack; ``pass_fds`` are inherited by the child. Returns the
+    CompletedProcess."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     full_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (HERE, os.path.join(HERE, "reliability"), full_env.get("PYTHONPATH", ""))
         if p)
     return subprocess.run([sys.executable, "-X", "faulthandler", "-c", code, *args],
-                          capture_output=True, text=True, timeout=timeout, env=full_env)
+                          capture_output=True, text=True, timeout=timeout, env=full_env,
+                          pass_fds=pass_fds)
 
 
 def describe(proc) -> str:

@@ -263,7 +263,8 @@ TEST_F(MemPoolTest, AdoptedHandleWithoutLocationThrowsUnsupportedOnDriversBefore
 {
   int const driver = versions().driver;
   if (driver >= 13020) {
-    GTEST_SKIP() << "driver " << version_string(driver) << " answers CUDA 13.2 attributes itself";
+    GTEST_SKIP() << "not applicable: driver " << version_string(driver)
+                 << " answers CUDA 13.2 attributes itself";
   }
   auto const view = mem_pool::from_handle(foreign_device_pool());
   int newer_rows   = 0;
@@ -282,7 +283,8 @@ TEST_F(MemPoolTest, AdoptedHandleWithoutLocationCannotMakeCurrentOnDriversBefore
 {
   int const driver = versions().driver;
   if (driver >= 13020) {
-    GTEST_SKIP() << "driver " << version_string(driver) << " reports a pool's location itself";
+    GTEST_SKIP() << "not applicable: driver " << version_string(driver)
+                 << " reports a pool's location itself";
   }
   auto const view = mem_pool::from_handle(foreign_device_pool());
   EXPECT_THROW(static_cast<void>(view.make_current()), unsupported_error);
@@ -292,7 +294,8 @@ TEST_F(MemPoolTest, AdoptedHandleWithoutLocationAsksDrivers13_2AndLater)
 {
   int const driver = versions().driver;
   if (driver < 13020) {
-    GTEST_SKIP() << "driver " << version_string(driver) << " cannot report a pool's location";
+    GTEST_SKIP() << "not applicable: driver " << version_string(driver)
+                 << " cannot report a pool's location";
   }
   auto const view = mem_pool::from_handle(foreign_device_pool());
   EXPECT_EQ(view.location(), location::device(0));

@@ -1,0 +1,192 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Pools shared between processes: a pool created with export handle types is exported as a
+POSIX file descriptor, imported by another process, and allocations go across with
+export_pointer / import_pointer. Kernels write on one side and the other side checks; a process
+that dies holding imports corrupts nothing; host (pinned) pools are tried too."""
+
+import os
+
+import numpy as np
+import pytest
+
+import asyncmr
+from asyncmr import AsyncDeviceMR, AsyncPinnedMR, Location, MemPool
+
+from gpu_helpers import describe, device_view, host_view, require_module, run_python, sync
+
+MiB = 1 << 20
+WORDS = MiB // 4
+
+# The importing process: maps the exporter's allocation, checks the exporter's pattern with a
+# kernel, adds `bump` to every word, then releases the import (or dies holding it).
+CHILD = r"""
+import os, sys
+import cupy, numpy as np
+import asyncmr
+from asyncmr import Location, MemPool
+from gpu_helpers import device_view, host_view
+
+fd, data, nbytes, device, kind, how = (int(sys.argv[1]), bytes.fromhex(sys.argv[2]),
+                                      int(sys.argv[3]), int(sys.argv[4]), sys.argv[5],
+                                      sys.argv[6])
+cupy.cuda.Device(device).use()
+loc, atype = (Location.device(0), "device") if kind == "device" else (Location.host(), "pinned")
+pool = MemPool.import_fd(fd, loc, atype)
+os.close(fd)
+assert pool.imported and pool.owned
+if kind == "pinned" or device != 0:
+    pool.set_access(device, "rw")  # this process's device reaches the exporter's memory
+imported = pool.import_pointer(data, nbytes)
+words = nbytes // 4
+view = device_view(imported.ptr, words, dtype=np.uint32, device_id=device)
+expected = cupy.arange(words, dtype=cupy.uint32)
+ok = bool((view == expected).all())
+view += 7
+cupy.cuda.runtime.deviceSynchronize()
+if kind == "pinned":  # host code of the importer reads the exporter's pinned memory too
+    ok = ok and bool((host_view(imported.ptr, words, np.uint32)[:16] ==
+                      np.arange(16, dtype=np.uint32) + 7).all())
+print("CHECKED" if ok else "WRONG", flush=True)
+if how == "die":
+    os._exit(0)  # holding the import: the driver must clean up after this process
+imported.release()
+assert imported.released
+pool.close()
+print("OK", flush=True)
+"""
+
+
+def _exporter(kind: str):
+    """(pool, resource, ptr) of a shareable pool of ``kind`` holding arange(WORDS) words."""
+    cupy = require_module("cupy")
+    if kind == "device":
+        pool = MemPool.create(Location.device(0), "device", export_handle_types="posix_fd")
+        mr = AsyncDeviceMR(pool=pool)
+    else:
+        pool = MemPool.create(Location.host(), "pinned", export_handle_types="posix_fd")
+        mr = AsyncPinnedMR(pool=pool)
+    ptr = mr.allocate(MiB)
+    device_view(ptr, WORDS, dtype=np.uint32)[:] = cupy.arange(WORDS, dtype=cupy.uint32)
+    sync()  # the allocation and the pattern are complete before the importer looks
+    return pool, mr, ptr
+
+
+def _share(pool, ptr, kind: str, device: int, how: str = "release"):
+    fd = pool.export_fd()
+    try:
+        return run_python(CHILD, str(fd), asyncmr.export_pointer(ptr).hex(), str(MiB),
+                          str(device), kind, how, pass_fds=(fd,), timeout=180)
+    finally:
+        os.close(fd)
+
+
+def _exporter_sees_the_importers_writes(ptr):
+    got = device_view(ptr, WORDS, dtype=np.uint32).get()
+    np.testing.assert_array_equal(got, np.arange(WORDS, dtype=np.uint32) + 7)
+
+
+def test_two_processes_on_one_gpu(gpu):
+    pool, mr, ptr = _exporter("device")
+    proc = _share(pool, ptr, "device", 0)
+    assert proc.returncode == 0 and "CHECKED" in proc.stdout and "OK" in proc.stdout, \
+        describe(proc)
+    _exporter_sees_the_importers_writes(ptr)
+    mr.deallocate(ptr, MiB)  # only after the importer released its mapping
+    sync()
+    pool.close()
+
+
+def test_two_processes_on_two_gpus(two_gpus):
+    pool, mr, ptr = _exporter("device")  # memory on GPU 0, written by a kernel on GPU 1
+    proc = _share(pool, ptr, "device", 1)
+    assert proc.returncode == 0 and "CHECKED" in proc.stdout and "OK" in proc.stdout, \
+        describe(proc)
+    _exporter_sees_the_importers_writes(ptr)
+    mr.deallocate(ptr, MiB)
+    sync()
+
+
+def test_an_importer_that_dies_holding_imports_corrupts_nothing(gpu):
+    pool, mr, ptr = _exporter("device")
+    proc = _share(pool, ptr, "device", 0, how="die")
+    assert proc.returncode == 0 and "CHECKED" in proc.stdout, describe(proc)
+    _exporter_sees_the_importers_writes(ptr)
+    mr.deallocate(ptr, MiB)
+    sync()
+    # The exporter's pool goes on: allocate, write, read, close.
+    p = mr.allocate(MiB)
+    device_view(p, WORDS, dtype=np.uint32)[:] = 3
+    assert int(device_view(p, WORDS, dtype=np.uint32).sum()) == 3 * WORDS
+    mr.deallocate(p, MiB)
+    sync()
+    pool.close()
+
+
+def test_host_pinned_pools_across_processes(gpu):
+    """What the driver allows for host pools: either the whole round trip works, or the
+    refusal is a clear asyncmr error naming the call. The outcome is printed for the record."""
+    try:
+        pool, mr, ptr = _exporter("pinned")
+        fd = pool.export_fd()
+        os.close(fd)
+    except (ValueError, asyncmr.AsyncMRError) as e:
+        assert "export" in str(e) or "cudaMemPoolCreate" in str(e), e
+        print(f"host pinned pools: the driver refuses IPC: {e}")
+        return
+    proc = _share(pool, ptr, "pinned", 0)
+    assert proc.returncode == 0 and "CHECKED" in proc.stdout and "OK" in proc.stdout, \
+        describe(proc)
+    np.testing.assert_array_equal(host_view(ptr, WORDS, np.uint32),
+                                  np.arange(WORDS, dtype=np.uint32) + 7)
+    mr.deallocate(ptr, MiB)
+    sync()
+    print("host pinned pools: exported, imported, written by the importer's kernel and read "
+          "by both processes' host code")
+
+
+# ---- bad input -----------------------------------------------------------------------------------
+
+def test_a_pool_created_without_export_types_cannot_be_exported(gpu):
+    with MemPool.create(Location.device(0), "device") as pool:
+        with pytest.raises(ValueError, match="created without export_handle_types"):
+            pool.export_fd()
+        mr = AsyncDeviceMR(pool=pool)
+        p = mr.allocate(MiB)
+        with pytest.raises(ValueError, match="refused to export"):
+            asyncmr.export_pointer(p)
+        mr.deallocate(p, MiB)
+        sync()
+
+
+def test_an_fd_that_is_not_a_pool_is_refused(gpu):
+    fd = os.open(os.devnull, os.O_RDONLY)
+    try:
+        with pytest.raises((ValueError, asyncmr.CUDAError), match="not an exported memory pool|"
+                           "cudaMemPoolImportFromShareableHandle"):
+            MemPool.import_fd(fd, Location.device(0), "device")
+    finally:
+        os.close(fd)
+
+
+def test_only_imported_pools_import_pointers_and_they_allocate_nothing(gpu):
+    pool, mr, ptr = _exporter("device")
+    with pytest.raises(ValueError, match="needs an imported pool"):
+        pool.import_pointer(asyncmr.export_pointer(ptr), MiB)
+    with pytest.raises(ValueError, match="64 bytes"):
+        pool.import_pointer(b"short", MiB)
+    fd = pool.export_fd()
+    try:
+        imported = MemPool.import_fd(fd, Location.device(0), "device")  # in the same process
+    except (ValueError, asyncmr.AsyncMRError) as e:
+        print(f"importing into the exporting process: {e}")
+    else:
+        with pytest.raises(ValueError, match="imported pool cannot be allocated from"):
+            AsyncDeviceMR(pool=imported).allocate(MiB)
+        with pytest.raises(ValueError, match="imported pool cannot be made current"):
+            imported.make_current()
+        imported.close()
+    finally:
+        os.close(fd)
+    mr.deallocate(ptr, MiB)
+    sync()
+    pool.close()
