@@ -29,7 +29,11 @@ WHEEL = {
 }
 # The ignore list itself names the toolkit; it is not a use of it.
 IGNORED_CACHE_KEYS = ("CMAKE_IGNORE_PATH", "CMAKE_IGNORE_PREFIX_PATH",
-                      "CMAKE_SYSTEM_IGNORE_PATH", "CMAKE_SYSTEM_IGNORE_PREFIX_PATH")
+                      "CMAKE_SYSTEM_IGNORE_PATH", "CMAKE_SYSTEM_IGNORE_PREFIX_PATH",
+                      # FindCUDAToolkit looks for compute-sanitizer's library wherever a toolkit
+                      # is installed (a GPU host has one); nothing links it, which the command
+                      # check below would show.
+                      "CUDA_sanitizer_LIBRARY")
 
 
 def ninja(build_dir, *tool):

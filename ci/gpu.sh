@@ -205,20 +205,25 @@ if has bench; then
   floor=build/cpp/benchmarks/cpp/pool_floor
   # BENCH_ARGS="" runs the full benchmark (a few minutes); the default is the quick one. A
   # benchmark that exits non-zero fails the stage (run records it).
-  run bench python3 -m asyncmr bench ${BENCH_ARGS---quick} --out "$out/bench" --floor-bin "$floor"
+  # The host returns at most 8 files: the results stay in /tmp, their JSON comes back (the
+  # plots are drawn from it: PYTHONPATH=benchmarks python -m asyncmr_bench.plots RESULTS.json).
+  run bench python3 -m asyncmr bench ${BENCH_ARGS---quick} --out /tmp/bench-cu13 --floor-bin "$floor"
+  cp /tmp/bench-cu13/results.json "$out/bench-cu13.json" 2>/dev/null
 fi
 
 # ---- sanitizers -------------------------------------------------------------------------------
 if has memcheck; then
   # Some tests make CUDA calls fail on purpose (bad input, out of memory): those API errors
   # are expected, so memcheck reports memory errors only. Short stress and capture settings
-  # keep the instrumented run inside the time limit. The PyTorch and Numba cases are left
-  # out: their children would instrument those libraries' own kernels, not asyncmr.
+  # keep the instrumented run inside the time limit. Left out: the PyTorch and Numba cases,
+  # Dask clusters, cuDF, info and the benchmark's tests, whose children would instrument those
+  # libraries' own kernels and processes, not asyncmr.
   ASYNCMR_UNDER_SANITIZER=1 ASYNCMR_STRESS_OPS=300 ASYNCMR_CAPTURE_CYCLES=200 \
     run memcheck compute-sanitizer \
     --tool memcheck --report-api-errors no --error-exitcode 9 --target-processes all \
     python3 -m pytest tests -q -rs -p no:cacheprovider -m "not soak" \
-    --ignore tests/test_integrations.py
+    --ignore tests/test_integrations.py --ignore tests/test_dask.py \
+    --ignore tests/test_cudf.py --ignore tests/test_info.py --ignore tests/test_benchmarks.py
 fi
 
 if has tsan; then
@@ -256,6 +261,13 @@ if has cu12; then
     check_variant cu12 12 "$site12"
     run cu12-pytest env PYTHONPATH="$site12" python3 -m pytest tests -q -rs -p no:cacheprovider
     cpp_suite cu12-cpp build/cpp12 "$site12" -DCMAKE_BUILD_TYPE=Release
+    if has bench; then
+      # The pair costs of the CUDA 12 build (created pinned pool vs the default one), beside
+      # the CUDA 13 build's (BENCH12_ARGS, default the quick section 1).
+      run cu12-bench env PYTHONPATH="$site12" python3 -m asyncmr bench ${BENCH12_ARGS---quick --sections 1} \
+        --out /tmp/bench-cu12 --floor-bin build/cpp/benchmarks/cpp/pool_floor
+      cp /tmp/bench-cu12/results.json "$out/bench-cu12.json" 2>/dev/null
+    fi
   fi
 fi
 

@@ -31,7 +31,8 @@ namespace {
     throw std::invalid_argument{
       std::string{"asyncmr: the driver refused to export "} + what + " (" +
       cudaGetErrorName(status) +
-      "): was the pool created with export_handle_types including posix_fd?"};
+      "): was the pool created with export_handle_types including posix_fd, and exported "
+      "(export_fd) before its allocations?"};
   }
   detail::throw_cuda_error(status, what);
 }
@@ -84,14 +85,19 @@ mem_pool mem_pool::import_fd(int fd, asyncmr::location location, allocation_type
     auto const status = cudaMemPoolImportFromShareableHandle(
       &h, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
       cudaMemHandleTypePosixFileDescriptor, 0);
-    if (status == cudaErrorInvalidValue || status == cudaErrorInvalidResourceHandle) {
+    // A descriptor of something else (a file, a socket) is answered "invalid value" or, on the
+    // 580 driver, "unknown error".
+    if (status == cudaErrorInvalidValue || status == cudaErrorInvalidResourceHandle ||
+        status == cudaErrorUnknown) {
       detail::clear_own_error(status);
       throw std::invalid_argument{
         "asyncmr: file descriptor " + std::to_string(fd) +
         " is not an exported memory pool (cudaMemPoolImportFromShareableHandle: " +
         cudaGetErrorName(status) + ")"};
     }
-    ASYNCMR_CUDA_TRY(status);
+    if (status != cudaSuccess) {
+      detail::throw_cuda_error(status, "cudaMemPoolImportFromShareableHandle");
+    }
   }
   auto state      = std::make_shared<detail::pool_state>();
   state->handle   = h;
@@ -122,7 +128,7 @@ void* mem_pool::import_pointer(exported_pointer const& data) const
       "cudaErrorInvalidValue): it must come from export_pointer on an allocation of the pool "
       "this one imports"};
   }
-  ASYNCMR_CUDA_TRY(status);
+  if (status != cudaSuccess) { detail::throw_cuda_error(status, "cudaMemPoolImportPointer"); }
   state_->live_imports.fetch_add(1);
   return ptr;
 }
@@ -136,7 +142,7 @@ void mem_pool::release_imported(void* ptr, cudaStream_t stream) const
   ASYNCMR_CUDA_TRY(cudaFreeAsync(ptr, stream));
   auto const status = cudaStreamSynchronize(stream);
   state_->live_imports.fetch_sub(1);  // the free has run: the import may be destroyed now
-  ASYNCMR_CUDA_TRY(status);
+  if (status != cudaSuccess) { detail::throw_cuda_error(status, "cudaStreamSynchronize"); }
 }
 
 }  // namespace asyncmr

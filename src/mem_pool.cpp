@@ -149,6 +149,8 @@ mem_pool mem_pool::create(pool_properties const& props)
 
   cudaMemPool_t handle = nullptr;
   auto const status    = detail::create_pool(&handle, p, path);
+  std::string const what = std::string{to_string(props.type)} + " pool at " +
+                           props.location.to_string();
   if (status == cudaErrorInvalidValue && props.type == allocation_type::managed &&
       props.max_size != 0) {
     detail::clear_own_error(status);
@@ -156,7 +158,16 @@ mem_pool mem_pool::create(pool_properties const& props)
       "asyncmr: managed pools cannot be bounded: cudaMemPoolCreate refuses a max_size for "
       "managed memory (cudaErrorInvalidValue); leave max_size at 0"};
   }
-  ASYNCMR_CUDA_TRY(status);
+  if (status == cudaErrorInvalidValue && props.export_handle_types != 0) {
+    detail::clear_own_error(status);
+    throw std::invalid_argument{
+      "asyncmr: cudaMemPoolCreate refused export_handle_types=" +
+      std::to_string(props.export_handle_types) + " for a " + what +
+      " (cudaErrorInvalidValue): this driver does not share such pools between processes"};
+  }
+  if (status != cudaSuccess) {
+    detail::throw_cuda_error(status, ("cudaMemPoolCreate(" + what + ")").c_str());
+  }
   auto state    = std::make_shared<detail::pool_state>();
   state->handle = handle;
   state->owned  = true;
@@ -353,7 +364,10 @@ std::uint64_t mem_pool::get_attribute(pool_attribute attribute) const
     throw unsupported("was refused by this driver (" + version_string(driver) +
                       ", cudaErrorInvalidValue)");
   }
-  ASYNCMR_CUDA_TRY(status);
+  if (status != cudaSuccess) {
+    detail::throw_cuda_error(status,
+                             ("cudaMemPoolGetAttribute(" + std::string{row.name} + ")").c_str());
+  }
   if (row.kind != attribute_kind::bytes) { value &= 0xffffffffULL; }
   if (row.kind == attribute_kind::boolean) { value = value != 0 ? 1 : 0; }
   return value;

@@ -207,7 +207,8 @@ def test_close_while_threads_allocate(gpu, door):
         del mr, pool
     # The process goes on: a new pool allocates and its memory works.
     mr = AsyncDeviceMR(pool="new")
-    buf = rmm.DeviceBuffer.to_device(b"\x01" * 4096, mr=mr)
+    buf = rmm.DeviceBuffer(size=4096, mr=mr)
+    buf.copy_from_host(b"\x01" * 4096)
     assert buf.tobytes() == b"\x01" * 4096
 
 

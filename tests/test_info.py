@@ -79,8 +79,21 @@ def _ok(result):
     return values[0] if values else None
 
 
+# Device attributes newer than the cuda-bindings at hand (12.9 has no HOST_MEMORY_POOLS_SUPPORTED),
+# by their CUDA 13 number.
+_NUMBERS = {"CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED": 144}
+
+
 def _device_attr(driver, dev, name):
-    attr = getattr(driver.CUdevice_attribute, name)
+    attr = getattr(driver.CUdevice_attribute, name, None)
+    if attr is None:  # ask libcuda itself, by number
+        import ctypes
+
+        value = ctypes.c_int(-1)
+        rc = ctypes.CDLL("libcuda.so.1").cuDeviceGetAttribute(
+            ctypes.byref(value), ctypes.c_int(_NUMBERS[name]), ctypes.c_int(int(dev)))
+        assert rc == 0, f"cuDeviceGetAttribute({name}) returned {rc}"
+        return value.value
     return int(_ok(driver.cuDeviceGetAttribute(attr, dev)))
 
 

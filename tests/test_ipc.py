@@ -129,8 +129,8 @@ def test_host_pinned_pools_across_processes(gpu):
         pool, mr, ptr = _exporter("pinned")
         fd = pool.export_fd()
         os.close(fd)
-    except (ValueError, asyncmr.AsyncMRError) as e:
-        assert "export" in str(e) or "cudaMemPoolCreate" in str(e), e
+    except ValueError as e:
+        assert "cudaMemPoolCreate refused export_handle_types" in str(e) or "export" in str(e), e
         print(f"host pinned pools: the driver refuses IPC: {e}")
         return
     proc = _share(pool, ptr, "pinned", 0)
@@ -170,11 +170,11 @@ def test_an_fd_that_is_not_a_pool_is_refused(gpu):
 
 def test_only_imported_pools_import_pointers_and_they_allocate_nothing(gpu):
     pool, mr, ptr = _exporter("device")
+    fd = pool.export_fd()
     with pytest.raises(ValueError, match="needs an imported pool"):
         pool.import_pointer(asyncmr.export_pointer(ptr), MiB)
     with pytest.raises(ValueError, match="64 bytes"):
         pool.import_pointer(b"short", MiB)
-    fd = pool.export_fd()
     try:
         imported = MemPool.import_fd(fd, Location.device(0), "device")  # in the same process
     except (ValueError, asyncmr.AsyncMRError) as e:

@@ -192,3 +192,26 @@ def _plot_cupy(plt, res, meta):
     ax.set_xlabel("wall time, s (median, p10-p90)")
     fig.suptitle(f"Managed CuPy pipeline -- {_subtitle(meta)}", fontsize=9)
     return fig
+
+
+def main(argv=None) -> int:
+    """``python -m asyncmr_bench.plots RESULTS.json [OUT_DIR]``: draw the plots of a results
+    file (a GPU host returns the JSON; the plots are drawn where matplotlib is)."""
+    import json
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if not args:
+        print("usage: python -m asyncmr_bench.plots RESULTS.json [OUT_DIR]", file=sys.stderr)
+        return 2
+    path = Path(args[0])
+    out = Path(args[1]) if len(args) > 1 else path.parent
+    out.mkdir(parents=True, exist_ok=True)
+    written = write_plots(json.loads(path.read_text()), out)
+    for name in sorted(written):
+        print(f"{name}: {written[name]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -39,8 +39,9 @@ struct exported_pointer {
 
 /**
  * @brief The export data of `ptr`, an allocation from a pool created with export handle types
- * (`cudaMemPoolExportPointer`). The allocating process must not free `ptr` before every
- * importer has released it (`mem_pool::release_imported`).
+ * (`cudaMemPoolExportPointer`). Export the pool (`mem_pool::export_fd`) first: the 580 driver
+ * refuses the pointers of a pool it has not exported. The allocating process must not free
+ * `ptr` before every importer has released it (`mem_pool::release_imported`).
  */
 [[nodiscard]] exported_pointer export_pointer(void* ptr);
 

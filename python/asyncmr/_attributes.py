@@ -185,6 +185,7 @@ class PeakTracker:
         attrs = self._pool.attributes
         self.used = attrs.used_mem_high
         self.reserved = attrs.reserved_mem_high
+        self._pool = None  # the peaks are read: the tracker no longer keeps the pool alive
         return False
 
     def __repr__(self) -> str:

@@ -228,6 +228,7 @@ cdef class MemPool:
 
 
 cdef class _PoolResource(DeviceMemoryResource):
+    cdef object __weakref__
     cdef readonly MemPool pool
     cdef pool_resource_base* c_base
     cdef int _gil

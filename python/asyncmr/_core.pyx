@@ -198,6 +198,18 @@ cdef object _support_result(const support& s):
     return PoolPath(path).name, ""
 
 
+def device_facts(int device):
+    """What ``device`` offers that decides which pools it can have, as asyncmr reads it (the
+    facts the support decision uses): ``memory_pools``, ``concurrent_managed_access``,
+    ``host_memory_pools``, ``host_numa_memory_pools`` (attributes a runtime cannot name are
+    read by number; unknown counts as supported, and the driver answers at pool creation)."""
+    cdef platform p = current_platform(device)
+    return {"memory_pools": p.device.memory_pools,
+            "concurrent_managed_access": p.device.concurrent_managed_access,
+            "host_memory_pools": p.device.host_memory_pools,
+            "host_numa_memory_pools": p.device.host_numa_memory_pools}
+
+
 def pool_support(loc, allocation_type, source="default"):
     """How this build reaches a ``source`` pool of ``allocation_type`` at ``loc`` on this driver
     and device: ``(path, reason)`` where path is "runtime", "driver_entry_point", "stand_in" or
@@ -485,7 +497,9 @@ cdef class MemPool:
 
 def export_pointer(ptr):
     """The 64 bytes another process needs to import allocation ``ptr`` (an int address from a
-    pool created with export handle types) with :meth:`MemPool.import_pointer`."""
+    pool created with export handle types) with :meth:`MemPool.import_pointer`. Export the
+    pool (:meth:`MemPool.export_fd`) first: the driver refuses the allocations of a pool it has
+    not exported. Do not free ``ptr`` before every importer has released its import."""
     if isinstance(ptr, bool) or not isinstance(ptr, int) or not 0 < ptr < 2**64:
         raise TypeError(f"ptr must be a non-zero int address, got {ptr!r}")
     cdef exported_pointer data = c_export_pointer(<void*><uintptr_t>ptr)

@@ -56,6 +56,16 @@ def _device_facts(ordinal: int) -> dict:
     for key, attr in _DEVICE_ATTRIBUTES:
         value = attribute(attr)
         facts[key] = bool(value) if key in _FLAGS and value is not None else value
+    # The pool facts as asyncmr's own support decision reads them (by number where this
+    # cuda-bindings does not name the attribute), so the report and the decision agree.
+    from asyncmr._core import device_facts
+
+    mine = device_facts(ordinal)
+    for key, own in (("memory_pools_supported", "memory_pools"),
+                     ("concurrent_managed_access", "concurrent_managed_access"),
+                     ("host_memory_pools_supported", "host_memory_pools"),
+                     ("host_numa_memory_pools_supported", "host_numa_memory_pools")):
+        facts[key] = bool(mine[own])
     return facts
 
 
