@@ -104,22 +104,24 @@ done
 dask=()
 compgen -G '.whl/dask/*.whl' >/dev/null && dask=(.whl/dask/*.whl)
 pipi() { python3 -m pip install -q --no-index --no-deps --no-compile --upgrade "$@"; }
-run setup-site pipi --target "$site" "${core_wheels[@]}" "${cuda13[@]}" "${dask[@]}" \
-  || { fail setup "the wheels did not install into $site"; exit 1; }
-run setup-build-site pipi --target "$site_build" "${other_build[@]}" \
-  || { fail setup "the build backend did not install into $site_build"; exit 1; }
-export PYTHONPATH=$site
+# cuDF's wheels (cudf stage) go in with the others, in one pip call: a later --target install
+# replaces the shared nvidia/ folder, and the CUDA 13 runtime headers with it.
+cudf_wheels=()
 if has cudf; then
-  # Before the build, so that CMake finds libcudf and builds asyncmr._cudf.
   cudf_wheels=("${CUDF_WHEELS:-/tmp/big}"/*.whl)
   if [ ! -e "${cudf_wheels[0]}" ]; then
     fail cudf "no wheels in ${CUDF_WHEELS:-/tmp/big} (../shared/wheelhouse.sh .whl cudf, carried with bigcarry.sh)"
-  elif run cudf-site pipi --target "$site" "${cudf_wheels[@]}"; then
-    export ASYNCMR_REQUIRE_CUDF=1  # the cuDF tests must run, in every pytest stage
-  else
-    fail cudf "the cuDF wheels did not install into $site"
+    cudf_wheels=()
   fi
 fi
+run setup-site pipi --target "$site" "${core_wheels[@]}" "${cuda13[@]}" "${dask[@]}" \
+  "${cudf_wheels[@]}" || { fail setup "the wheels did not install into $site"; exit 1; }
+run setup-build-site pipi --target "$site_build" "${other_build[@]}" \
+  || { fail setup "the build backend did not install into $site_build"; exit 1; }
+export PYTHONPATH=$site
+# libcudf is in the site before the build, so CMake finds it and builds asyncmr._cudf; then the
+# cuDF tests must run, in every pytest stage.
+[ ${#cudf_wheels[@]} -gt 0 ] && export ASYNCMR_REQUIRE_CUDF=1
 
 # check_variant NAME MAJOR PYTHONPATH: the asyncmr imported there is asyncmr-cu<MAJOR> and
 # links the CUDA <MAJOR> runtime, and its build (build/cu<MAJOR>-*) used the wheels only.
@@ -300,8 +302,14 @@ if has cudf && [ -n "${ASYNCMR_REQUIRE_CUDF:-}" ]; then
 import glob, os, sys
 pats = ("libcudf/lib64", "libkvikio/lib64", "librmm/lib64", "rapids_logger/lib64",
         "nvidia/libnvcomp/lib64", "nvidia/cu13/lib", "nvidia/*/lib")
-print(":".join(sorted({d for p in sys.path for pat in pats for d in glob.glob(os.path.join(p or ".", pat))})))')
-    run cudf-example env LD_LIBRARY_PATH="$ldpath:${LD_LIBRARY_PATH:-}" build/cudf_pinned/cudf_pinned
+found = [d for p in sys.path for pat in pats for d in sorted(glob.glob(os.path.join(p or ".", pat)))]
+print(":".join(dict.fromkeys(found)))  # PYTHONPATH (the carried wheels) before the host venv')
+    if ! run cudf-example env LD_LIBRARY_PATH="$ldpath:${LD_LIBRARY_PATH:-}" \
+         build/cudf_pinned/cudf_pinned && command -v cuda-gdb >/dev/null; then
+      # Where it stopped, for the log.
+      env LD_LIBRARY_PATH="$ldpath:${LD_LIBRARY_PATH:-}" cuda-gdb -batch -ex run -ex bt \
+        build/cudf_pinned/cudf_pinned 2>&1 | tail -40 | tee -a "$log"
+    fi
   fi
 fi
 

@@ -24,10 +24,12 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 int main()
 {
+  std::setvbuf(stdout, nullptr, _IONBF, 0);  // every line out before anything can go wrong
   try {
     asyncmr::require_cuda();
   } catch (asyncmr::no_device_error const& e) {
@@ -42,12 +44,14 @@ int main()
   auto const previous = cudf::set_pinned_memory_resource(pinned);
   pinned.pool().reset_peaks();
 
+  std::puts("cudf_pinned: asyncmr's pool installed; writing a Parquet file to host memory");
   auto const values = cudf::sequence(rows, cudf::numeric_scalar<std::int64_t>{0},
                                      cudf::numeric_scalar<std::int64_t>{1});
   cudf::table_view const table{{values->view()}};
   std::vector<char> file;
   cudf::io::write_parquet(
     cudf::io::parquet_writer_options::builder(cudf::io::sink_info{&file}, table).build());
+  std::puts("cudf_pinned: reading it back");
   auto const read = cudf::io::read_parquet(
     cudf::io::parquet_reader_options::builder(
       cudf::io::source_info{cudf::host_span<char const>{file.data(), file.size()}})

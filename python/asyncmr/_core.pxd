@@ -69,7 +69,7 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         LocationKind kind
         int id
 
-    cdef cppclass device_facts:
+    cdef cppclass device_facts_t "asyncmr::device_facts":
         cbool memory_pools
         cbool concurrent_managed_access
         cbool host_memory_pools
@@ -78,7 +78,7 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
     cdef cppclass platform:
         int driver
         int build
-        device_facts device
+        device_facts_t device
 
     cdef cppclass support:
         optional[PoolPath] path
