@@ -293,8 +293,11 @@ if has cudf && [ -n "${ASYNCMR_REQUIRE_CUDF:-}" ]; then
   prefix=$repo/build/consumer-prefix
   if [ ! -d "$prefix" ]; then
     fail cudf "examples/cudf_pinned needs the installed C++ package (add the consumer stage)"
+  # The system compiler: libcudf's wheel runs on the system libstdc++, and a toolchain with a
+  # libstdc++ of its own (the host's /opt/gcc, which CMake otherwise picks as c++) made libcudf
+  # abort in std::locale's destructor (free(): invalid pointer) on 2026-11-30.
   elif run cudf-example-configure cmake -S examples/cudf_pinned -B build/cudf_pinned -G Ninja \
-         -DPython3_EXECUTABLE="$(command -v python3)" \
+         -DCMAKE_CXX_COMPILER="$(command -v g++)" -DPython3_EXECUTABLE="$(command -v python3)" \
          "-DCMAKE_PREFIX_PATH=$prefix;$site/libcudf;$site/librmm;$site/rapids_logger" \
        && run cudf-example-build cmake --build build/cudf_pinned -j 16; then
     # libcudf.so and the libraries it needs, from the wheels on the Python path.
