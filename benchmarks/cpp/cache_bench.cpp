@@ -36,6 +36,7 @@
  * CUDA device (stdout still holds one JSON object, {"error": ...}), 2 on bad arguments.
  */
 
+#include "bench_support.hpp"
 #include "raw_pool_pairs.hpp"
 
 #include <asyncmr/asyncmr.hpp>
@@ -84,56 +85,10 @@ struct params {
   long control_steps{50'000'000};
 };
 
-struct summary {
-  double median;
-  double p10;
-  double p90;
-};
-
-std::string json_escape(std::string const& s)
-{
-  std::string out;
-  out.reserve(s.size() + 2);
-  for (char const c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
-
-double percentile(std::vector<double> v, double q)
-{
-  std::sort(v.begin(), v.end());
-  double const pos = q * static_cast<double>(v.size() - 1);
-  auto const lo    = static_cast<std::size_t>(pos);
-  auto const hi    = std::min(lo + 1, v.size() - 1);
-  double const f   = pos - static_cast<double>(lo);
-  return v[lo] * (1.0 - f) + v[hi] * f;
-}
-
-summary summarize(std::vector<double> const& v)
-{
-  return {percentile(v, 0.5), percentile(v, 0.1), percentile(v, 0.9)};
-}
-
-std::string cuda_failure(char const* call, cudaError_t e)
-{
-  cudaGetLastError();
-  return std::string{call} + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
-         ")";
-}
+using asyncmr_bench::cuda_failure;
+using asyncmr_bench::json_escape;
+using asyncmr_bench::summarize;
+using asyncmr_bench::summary;
 
 void check(cudaError_t e, char const* call)
 {

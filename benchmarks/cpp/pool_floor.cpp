@@ -24,6 +24,7 @@
  * JSON object, {"error": ...}), 2 on bad arguments.
  */
 
+#include "bench_support.hpp"
 #include "raw_pool_pairs.hpp"
 
 #include <asyncmr/asyncmr.hpp>
@@ -67,56 +68,10 @@ struct subject {
   std::string error{};
 };
 
-struct summary {
-  double median;
-  double p10;
-  double p90;
-};
-
-std::string json_escape(std::string const& s)
-{
-  std::string out;
-  out.reserve(s.size() + 2);
-  for (char const c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
-
-double percentile(std::vector<double> v, double q)
-{
-  std::sort(v.begin(), v.end());
-  double const pos = q * static_cast<double>(v.size() - 1);
-  auto const lo    = static_cast<std::size_t>(pos);
-  auto const hi    = std::min(lo + 1, v.size() - 1);
-  double const f   = pos - static_cast<double>(lo);
-  return v[lo] * (1.0 - f) + v[hi] * f;
-}
-
-summary summarize(std::vector<double> const& v)
-{
-  return {percentile(v, 0.5), percentile(v, 0.1), percentile(v, 0.9)};
-}
-
-std::string cuda_failure(char const* call, cudaError_t e)
-{
-  cudaGetLastError();
-  return std::string{call} + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
-         ")";
-}
+using asyncmr_bench::cuda_failure;
+using asyncmr_bench::json_escape;
+using asyncmr_bench::summarize;
+using asyncmr_bench::summary;
 
 /// Microseconds per pair of cudaMallocFromPoolAsync + cudaFreeAsync; throws on a CUDA error.
 double floor_round(cudaMemPool_t pool, std::size_t bytes, cudaStream_t stream, int pairs)
@@ -318,17 +273,17 @@ int main(int argc, char** argv)
                                              keep_alive,
                                              "managed_owned_dev0",
                                              "AsyncManagedMR(pool='new')",
-                                             managed_resource_options{.source = pool_source::owned});
+                                             managed_resource_options{.source = pool_source::new_pool});
   add_subject<async_pinned_memory_resource>(subjects,
                                             keep_alive,
                                             "pinned_owned_host",
                                             "AsyncPinnedMR(pool='new')",
-                                            pinned_resource_options{.source = pool_source::owned});
+                                            pinned_resource_options{.source = pool_source::new_pool});
   add_subject<async_device_memory_resource>(subjects,
                                             keep_alive,
                                             "device_owned_dev0",
                                             "AsyncDeviceMR(pool='new')",
-                                            device_resource_options{.source = pool_source::owned});
+                                            device_resource_options{.source = pool_source::new_pool});
 
   report out;
   out.gpu      = prop.name;
