@@ -3,7 +3,6 @@
 
 import threading
 
-import numpy as np
 import pytest
 import rmm
 

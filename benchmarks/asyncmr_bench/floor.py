@@ -106,6 +106,26 @@ def _last_json(stdout: str):
     return None
 
 
+def _run_program(path, cmd: list, name: str, required: str) -> dict:
+    """Runs a C++ benchmark program and returns its JSON document, or {"error": why}: it did
+    not run, exited non-zero, printed no document with ``required``, or was built without
+    optimization (an -O0 program times the compiler, not the library: nothing is drawn from
+    it)."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        return {"error": err_text(e), "command": cmd}
+    parsed = _last_json(proc.stdout)
+    if proc.returncode != 0 or not isinstance(parsed, dict) or required not in parsed:
+        return {"error": f"{name} exited {proc.returncode}: " +
+                (proc.stderr.strip()[-2000:] or proc.stdout.strip()[-2000:]),
+                "command": cmd, "output": parsed}
+    parsed["command"] = cmd
+    if parsed.get("meta", {}).get("optimized") is not True:
+        return {"error": f"{path} {NOT_OPTIMIZED}", "command": cmd, "output": parsed}
+    return parsed
+
+
 def run_cache_bench(cfg, sizes, cache_bytes: int) -> dict:
     """Runs the C++ cache_bench program (section 11) and returns its JSON, or
     ``{"skipped"|"error": why}``."""
@@ -118,19 +138,7 @@ def run_cache_bench(cfg, sizes, cache_bytes: int) -> dict:
     cmd = [str(path), "--sizes", ",".join(str(s) for s in sizes), "--cache", str(cache_bytes)]
     if cfg.quick:
         cmd.append("--quick")
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
-    except (OSError, subprocess.SubprocessError) as e:
-        return {"error": err_text(e), "command": cmd}
-    parsed = _last_json(proc.stdout)
-    if proc.returncode != 0 or not isinstance(parsed, dict) or "pairs" not in parsed:
-        return {"error": f"{CACHE_BIN} exited {proc.returncode}: " +
-                (proc.stderr.strip()[-2000:] or proc.stdout.strip()[-2000:]),
-                "command": cmd, "output": parsed}
-    parsed["command"] = cmd
-    if parsed.get("meta", {}).get("optimized") is not True:
-        return {"error": f"{path} {NOT_OPTIMIZED}", "command": cmd, "output": parsed}
-    return parsed
+    return _run_program(path, cmd, CACHE_BIN, "pairs")
 
 
 def run_floor(cfg) -> dict:
@@ -144,20 +152,7 @@ def run_floor(cfg) -> dict:
     cmd = [str(path), "--sizes", ",".join(str(s) for s in cfg.sizes)]
     if cfg.quick:
         cmd.append("--quick")
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
-    except (OSError, subprocess.SubprocessError) as e:
-        return {"error": err_text(e), "command": cmd}
-    parsed = _last_json(proc.stdout)
-    if proc.returncode != 0 or not isinstance(parsed, dict) or "floor" not in parsed:
-        return {"error": f"pool_floor exited {proc.returncode}: " +
-                (proc.stderr.strip()[-2000:] or proc.stdout.strip()[-2000:]),
-                "command": cmd, "output": parsed}
-    parsed["command"] = cmd
-    if parsed.get("meta", {}).get("optimized") is False:
-        # An -O0 floor program times the compiler, not the library: no ratio is drawn from it.
-        return {"error": f"{path} {NOT_OPTIMIZED}", "command": cmd, "output": parsed}
-    return parsed
+    return _run_program(path, cmd, "pool_floor", "floor")
 
 
 class FloorLibrary:

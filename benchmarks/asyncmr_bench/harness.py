@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .common import KiB, MiB, err_text
+from .common import KiB, MiB, err_text, summarize
 
 # RMM's PoolMemoryResource takes half the free *device* memory when no initial size is given,
 # even over a pinned-host upstream; every adaptor here gets an explicit size instead.
@@ -168,15 +168,13 @@ def pool_adaptor(ctx: Context, upstream_factory, initial=POOL_ADAPTOR_INITIAL):
 # asyncmr's pool calls by their settled names, falling back to the names of older builds
 # (trim/reset_peak), so the benchmark runs on both without deprecation warnings.
 def trim_to(obj, min_bytes_to_keep: int = 0) -> None:
-    """``obj.trim_to(n)`` on a resource or MemPool (``obj.trim(n)`` on older builds)."""
-    fn = getattr(obj, "trim_to", None) or obj.trim
-    fn(min_bytes_to_keep)
+    """``obj.trim_to(n)`` on a resource or MemPool."""
+    obj.trim_to(min_bytes_to_keep)
 
 
 def reset_peaks(obj) -> None:
-    """``obj.reset_peaks()`` on a resource or MemPool (``obj.reset_peak()`` on older builds)."""
-    fn = getattr(obj, "reset_peaks", None) or obj.reset_peak
-    fn()
+    """``obj.reset_peaks()`` on a resource or MemPool."""
+    obj.reset_peaks()
 
 
 def set_release_gil(mr, mode: str):
@@ -291,6 +289,32 @@ def interleaved_rounds(active: dict, rounds: int, on_error) -> dict:
                 del active[name]
                 samples.pop(name, None)
     return samples
+
+
+def time_pairs(ctx: Context, built: dict, size: int, rounds: int, results: dict, cfg,
+               keep_rounds: bool = False) -> None:
+    """Alloc+free pairs of ``size`` bytes for every contender in ``built`` {name: (family,
+    obj)}, calibrated, then timed in ``rounds`` interleaved rounds; each one's summary (us per
+    pair) goes to ``results[name][str(size)]``, or the error that stopped it."""
+    key = str(size)
+    active = {}
+    for name, (family, obj) in built.items():
+        try:
+            run_n, sync = pair_runner(ctx, family, obj, size)
+            active[name] = (run_n, sync, calibrate(run_n, sync, cfg.warmup_ms, cfg.round_ms))
+        except Exception as e:  # noqa: BLE001 - recorded, the others go on
+            results.setdefault(name, {})[key] = {"error": err_text(e)}
+    pairs = {name: n for name, (_, _, n) in active.items()}
+
+    def failed(name, exc):
+        results.setdefault(name, {})[key] = {"error": err_text(exc)}
+
+    for name, ns_per_pair in interleaved_rounds(active, rounds, failed).items():
+        entry = summarize(ns_per_pair, "us", 1e-3)
+        entry["pairs_per_round"] = pairs[name]
+        if keep_rounds:
+            entry["rounds_us"] = [x * 1e-3 for x in ns_per_pair]
+        results.setdefault(name, {})[key] = entry
 
 
 def thread_round(mr, size: int, nthreads: int, pairs: int, streams) -> float:

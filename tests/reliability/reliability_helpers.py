@@ -17,7 +17,7 @@ import threading
 import numpy as np
 
 import asyncmr
-from asyncmr import Location, MemPool
+from asyncmr import MemPool
 # What the whole test tree shares (tests/ is on sys.path through tests/conftest.py): the GPU
 # probe, the skip switch, the child-process runner and the state of the shared pools, used here
 # as h.gpu_count, h.require_module, h.run_python, h.shared_pools, ...

@@ -20,7 +20,7 @@ import traceback
 import pytest
 
 import asyncmr
-from asyncmr import AsyncDeviceMR, AsyncManagedMR, AsyncPinnedMR, Location, MemPool
+from asyncmr import Location, MemPool
 
 import reliability_helpers as h
 

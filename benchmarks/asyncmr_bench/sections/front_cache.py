@@ -28,9 +28,9 @@ import gc
 from .. import floor
 from ..common import (
     APR_CACHED, APR_NEW, CUPY_PINNED, FRONT_CACHE_BYTES, KiB, SECTION_TITLES, cell, err_text,
-    floor_of, fmt_ratio, fmt_size, percentile, print_table, summarize,
+    floor_of, fmt_ratio, fmt_size, percentile, print_table,
 )
-from ..harness import calibrate, interleaved_rounds, pair_runner
+from ..harness import time_pairs
 
 SIZES = (4 * KiB, 64 * KiB)
 
@@ -64,25 +64,7 @@ def _python_pairs(cfg, ctx) -> dict:
         results[floor_of(APR_NEW)] = dict(why_not)
 
     for size in SIZES:
-        key = str(size)
-        active = {}
-        for name, (family, obj) in built.items():
-            try:
-                run_n, sync = pair_runner(ctx, family, obj, size)
-                active[name] = (run_n, sync, calibrate(run_n, sync, cfg.warmup_ms, cfg.round_ms))
-            except Exception as e:  # noqa: BLE001
-                results.setdefault(name, {})[key] = {"error": err_text(e)}
-        pairs = {name: n for name, (_, _, n) in active.items()}
-
-        def failed(name, exc, _key=key):
-            results.setdefault(name, {})[_key] = {"error": err_text(exc)}
-
-        samples = interleaved_rounds(active, cfg.cache_rounds, failed)
-        for name, ns_per_pair in samples.items():
-            entry = summarize(ns_per_pair, "us", 1e-3)
-            entry["pairs_per_round"] = pairs[name]
-            entry["rounds_us"] = [x * 1e-3 for x in ns_per_pair]
-            results.setdefault(name, {})[key] = entry
+        time_pairs(ctx, built, size, cfg.cache_rounds, results, cfg, keep_rounds=True)
         print(f"  [11] Python pairs {fmt_size(size)} done", flush=True)
 
     cache = _cache_accounting(built.get(APR_CACHED, (None, None))[1], ctx)

@@ -17,11 +17,10 @@ from ..common import (
     ADR, ADR_NEW, AMR, AMR_NEW, APR, APR_NEW, CC_MANAGED, CC_PINNED, CUPY_ASYNC, FLOOR_POOL_OF,
     RMM_ASYNC, RMM_ASYNC_MANAGED, RMM_MANAGED, RMM_PINNED, RMM_POOL_MANAGED, RMM_POOL_PINNED,
     SECTION_TITLES, cell, err_text, floor_of, fmt_size, median_of, print_ratios, print_table,
-    ratio, summarize,
+    ratio,
 )
 from ..harness import (
-    POOL_ADAPTOR_INITIAL, calibrate, cc_class, interleaved_rounds, pair_runner, pool_adaptor,
-    rmm_async_managed_class,
+    POOL_ADAPTOR_INITIAL, cc_class, pool_adaptor, rmm_async_managed_class, time_pairs,
 )
 
 
@@ -70,24 +69,7 @@ def run(cfg, ctx) -> dict:
             results[floor_of(name)] = dict(why_not)
 
     for size in cfg.sizes:
-        key = str(size)
-        active = {}
-        for name, (family, obj) in built.items():
-            try:
-                run_n, sync = pair_runner(ctx, family, obj, size)
-                active[name] = (run_n, sync, calibrate(run_n, sync, cfg.warmup_ms, cfg.round_ms))
-            except Exception as e:  # noqa: BLE001
-                results.setdefault(name, {})[key] = {"error": err_text(e)}
-        pairs = {name: n for name, (_, _, n) in active.items()}
-
-        def failed(name, exc, _key=key):
-            results.setdefault(name, {})[_key] = {"error": err_text(exc)}
-
-        samples = interleaved_rounds(active, cfg.repeats, failed)
-        for name, ns_per_pair in samples.items():
-            entry = summarize(ns_per_pair, "us", 1e-3)
-            entry["pairs_per_round"] = pairs[name]
-            results.setdefault(name, {})[key] = entry
+        time_pairs(ctx, built, size, cfg.repeats, results, cfg)
         print(f"  [1] {fmt_size(size)} done", flush=True)
     del built
     gc.collect()
