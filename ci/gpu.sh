@@ -92,7 +92,9 @@ say "host: $gpus GPU(s); stages: ${stages[*]}"
 # /tmp/site-build: the PEP 517 backend (rapids-build-backend and its imports), for builds only.
 # /tmp/site12: CUDA 12 (and Dask when carried), filled by the cu12 stage. No site holds two
 # CUDA majors.
-site=/tmp/site site_build=/tmp/site-build site12=/tmp/site12
+# ASYNCMR_GPU_SITES moves all three (tests/test_ci_guards.py runs this script on a scratch tree).
+sites=${ASYNCMR_GPU_SITES:-/tmp}
+site=$sites/site site_build=$sites/site-build site12=$sites/site12
 core_wheels=(.whl/core/*.whl)
 build_wheels=(.whl/build/*.whl)
 [ -e "${core_wheels[0]}" ] || { fail setup "no .whl/core/*.whl (../shared/wheelhouse.sh .whl core)"; exit 1; }
