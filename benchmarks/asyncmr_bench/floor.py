@@ -39,62 +39,54 @@ def _default_places(name: str) -> list:
     return [Path.cwd() / BUILD_DIR / name, CHECKOUT / BUILD_DIR / name]
 
 
-def find_floor_bin(cfg):
-    """(the pool_floor program or None, the places looked at)."""
-    if cfg.floor_bin:
-        candidates = [Path(cfg.floor_bin)]
-    elif os.environ.get("ASYNCMR_FLOOR_BIN"):
-        candidates = [Path(os.environ["ASYNCMR_FLOOR_BIN"])]
+def _find(explicit, env_var: str, fallback, *, program: bool = True):
+    """(the first usable path or None, the places looked at): ``explicit`` (a command-line
+    option), else ``$env_var``, else the places ``fallback()`` gives. A program must be
+    executable; a library must only exist."""
+    if explicit:
+        candidates = [Path(explicit)]
+    elif os.environ.get(env_var):
+        candidates = [Path(os.environ[env_var])]
     else:
-        candidates = _default_places(FLOOR_BIN)
+        candidates = fallback()
     for c in candidates:
-        if c.is_file() and os.access(c, os.X_OK):
+        if c.is_file() and (not program or os.access(c, os.X_OK)):
             return c, candidates
     return None, candidates
+
+
+def _beside_floor(cfg, name: str) -> list:
+    """``name`` next to the pool_floor program (as given, and as found), so --floor-bin alone
+    finds every C++ target; then the default build folder under the working directory and the
+    checkout."""
+    places = []
+    if cfg.floor_bin:
+        places.append(Path(cfg.floor_bin).parent / name)
+    floor_bin, _ = find_floor_bin(cfg)
+    if floor_bin is not None and floor_bin.parent / name not in places:
+        places.append(floor_bin.parent / name)
+    return places + [p for p in _default_places(name) if p not in places]
+
+
+def find_floor_bin(cfg):
+    """(the pool_floor program or None, the places looked at): --floor-bin,
+    $ASYNCMR_FLOOR_BIN, else the default build folders."""
+    return _find(cfg.floor_bin, "ASYNCMR_FLOOR_BIN", lambda: _default_places(FLOOR_BIN))
 
 
 def find_floor_lib(cfg):
     """(libasyncmr_floor.so or None, the places looked at): --floor-lib, $ASYNCMR_FLOOR_LIB,
-    else next to the pool_floor program (so --floor-bin alone finds both), else the default
-    build folder under the working directory and the checkout."""
-    if getattr(cfg, "floor_lib", None):
-        candidates = [Path(cfg.floor_lib)]
-    elif os.environ.get("ASYNCMR_FLOOR_LIB"):
-        candidates = [Path(os.environ["ASYNCMR_FLOOR_LIB"])]
-    else:
-        candidates = []
-        floor_bin, _ = find_floor_bin(cfg)
-        if floor_bin is not None:
-            candidates.append(floor_bin.parent / FLOOR_LIB)
-        elif cfg.floor_bin:
-            candidates.append(Path(cfg.floor_bin).parent / FLOOR_LIB)
-        candidates += [p for p in _default_places(FLOOR_LIB) if p not in candidates]
-    for c in candidates:
-        if c.is_file():
-            return c, candidates
-    return None, candidates
+    else next to the pool_floor program, else the default build folders."""
+    return _find(getattr(cfg, "floor_lib", None), "ASYNCMR_FLOOR_LIB",
+                 lambda: _beside_floor(cfg, FLOOR_LIB), program=False)
 
 
 def find_cache_bin(cfg):
     """(the cache_bench program or None, the places looked at): --cache-bin,
-    $ASYNCMR_CACHE_BIN, else next to the pool_floor program (so --floor-bin alone finds it),
-    else the default build folder under the working directory and the checkout."""
-    if getattr(cfg, "cache_bin", None):
-        candidates = [Path(cfg.cache_bin)]
-    elif os.environ.get("ASYNCMR_CACHE_BIN"):
-        candidates = [Path(os.environ["ASYNCMR_CACHE_BIN"])]
-    else:
-        candidates = []
-        if cfg.floor_bin:
-            candidates.append(Path(cfg.floor_bin).parent / CACHE_BIN)
-        floor_bin, _ = find_floor_bin(cfg)
-        if floor_bin is not None and floor_bin.parent / CACHE_BIN not in candidates:
-            candidates.append(floor_bin.parent / CACHE_BIN)
-        candidates += [p for p in _default_places(CACHE_BIN) if p not in candidates]
-    for c in candidates:
-        if c.is_file() and os.access(c, os.X_OK):
-            return c, candidates
-    return None, candidates
+    $ASYNCMR_CACHE_BIN, else next to the pool_floor program, else the default build
+    folders."""
+    return _find(getattr(cfg, "cache_bin", None), "ASYNCMR_CACHE_BIN",
+                 lambda: _beside_floor(cfg, CACHE_BIN))
 
 
 def _last_json(stdout: str):
