@@ -207,6 +207,19 @@ def print_ratios(ratios: dict, sizes) -> None:
         print_table("  ratios", ["ratio"] + [fmt_size(s) for s in sizes], rows)
 
 
+def print_ratio_values(ratios: dict) -> None:
+    """A ratio table of single values: one row per ratio."""
+    print_table("  ratios", ["ratio", "value"], [[k, fmt_ratio(v)] for k, v in ratios.items()])
+
+
+def copy_row(name: str, e: dict, width: int = 60) -> list:
+    """A table row for one copy each way: name, H2D and D2H GB/s as 'median [p10-p90]', or the
+    error (its first ``width`` characters)."""
+    if "error" in e:
+        return [name, f"error: {e['error'][:width]}", ""]
+    return [name, cell(e.get("H2D"), "GBps"), cell(e.get("D2H"), "GBps")]
+
+
 def seconds_row(name: str, e: dict, last: str) -> list:
     """A table row for a timing in seconds: name, median ms, [p10-p90] ms, one more column."""
     if "error" in e:

@@ -20,7 +20,8 @@ import tempfile
 import time
 
 from ..common import (
-    APR_NEW, SECTION_TITLES, err_text, fmt_ratio, median_of, print_table, ratio, summarize,
+    APR_NEW, SECTION_TITLES, err_text, median_of, print_ratio_values, print_table, ratio,
+    summarize,
 )
 from ..harness import Skip, cuda_check, reset_peaks, trim_to
 
@@ -202,5 +203,4 @@ def show(res: dict) -> None:
                      {True: "yes", False: "NO", None: "unchecked"}[e.get("data_equal")]])
     print_table(f"{SECTION_TITLES[10]} -- {t.get('rows')} rows, {t.get('bytes', 0) / 1e6:.0f} MB",
                 ["pinned resource", "write ms", "read ms", "pool peak MiB", "data equal"], rows)
-    rows = [[k, fmt_ratio(v)] for k, v in res.get("ratios", {}).items()]
-    print_table("  ratios", ["ratio", "value"], rows)
+    print_ratio_values(res.get("ratios", {}))

@@ -23,8 +23,8 @@ import importlib
 import time
 
 from ..common import (
-    APR_NEW, MiB, SECTION_TITLES, err_text, fmt_ratio, fmt_size, median_of, print_table, ratio,
-    summarize,
+    APR_NEW, MiB, SECTION_TITLES, err_text, fmt_size, median_of, print_ratio_values, print_table,
+    ratio, summarize,
 )
 from ..harness import Skip, reset_peaks, trim_to
 
@@ -211,5 +211,4 @@ def show(res: dict) -> None:
                 " each way",
                 ["pinned allocator", "H2D GB/s", "D2H GB/s", "peak pinned MiB",
                  "held after loop MiB", "held after release MiB"], rows)
-    rows = [[k, fmt_ratio(v)] for k, v in res.get("ratios", {}).items()]
-    print_table("  ratios", ["ratio", "value"], rows)
+    print_ratio_values(res.get("ratios", {}))

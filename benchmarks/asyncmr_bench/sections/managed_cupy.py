@@ -9,8 +9,8 @@ import math
 import time
 
 from ..common import (
-    AMR, CUPY_DEFAULT, RMM_ASYNC_MANAGED, RMM_MANAGED, RMM_POOL_MANAGED, SECTION_TITLES,
-    err_text, fmt_ratio, median_of, print_table, ratio, seconds_row, summarize,
+    AMR, CUPY_DEFAULT, RMM_ASYNC_MANAGED, RMM_MANAGED, RMM_POOL_MANAGED, SECTION_TITLES, err_text,
+    median_of, print_ratio_values, print_table, ratio, seconds_row, summarize,
 )
 from ..harness import pool_adaptor, rmm_async_managed_class
 
@@ -110,8 +110,7 @@ def show(res: dict) -> None:
     print_table(f"{SECTION_TITLES[6]} -- {p.get('iterations')} iterations of "
                 f"{p.get('elements')} float32",
                 ["allocator", "wall ms (median)", "[p10-p90]", "ms/iteration"], rows)
-    rows = [[k, fmt_ratio(v)] for k, v in res.get("ratios", {}).items()]
-    print_table("  ratios", ["ratio", "value"], rows)
+    print_ratio_values(res.get("ratios", {}))
     bad = [n for n, ok in p.get("results_agree_with_AsyncManagedMR", {}).items() if not ok]
     if bad:
         print(f"  WARNING: pipeline results differ from AsyncManagedMR's for: {', '.join(bad)}")

@@ -13,8 +13,8 @@ from __future__ import annotations
 import gc
 
 from ..common import (
-    ASYNCMR_ARRAY, CUPY_ARRAY, SECTION_TITLES, cell, err_text, fmt_ratio, fmt_size, median_of,
-    print_table, ratio, summarize,
+    ASYNCMR_ARRAY, CUPY_ARRAY, SECTION_TITLES, copy_row, err_text, fmt_size, median_of,
+    print_ratio_values, print_table, ratio, summarize,
 )
 from ..harness import Skip
 
@@ -103,16 +103,10 @@ def run(cfg, ctx) -> dict:
 
 
 def show(res: dict) -> None:
-    rows = []
-    for name, e in res.get("results", {}).items():
-        if "error" in e:
-            rows.append([name, f"error: {e['error'][:70]}", ""])
-        else:
-            rows.append([name, cell(e.get("H2D"), "GBps"), cell(e.get("D2H"), "GBps")])
+    rows = [copy_row(name, e, 70) for name, e in res.get("results", {}).items()]
     print_table(f"{SECTION_TITLES[9]} -- one {fmt_size(res.get('bytes', 0))} copy "
                 "(GB/s: median [p10-p90])", ["host array", "H2D", "D2H"], rows)
-    rows = [[k, fmt_ratio(v)] for k, v in res.get("ratios", {}).items()]
-    print_table("  ratios", ["ratio", "value"], rows)
+    print_ratio_values(res.get("ratios", {}))
     bad = [n for n, ok in res.get("data_checked", {}).items() if not ok]
     if bad:
         print(f"  WARNING: data did not round-trip for: {', '.join(bad)}")

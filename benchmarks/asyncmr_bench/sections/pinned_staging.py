@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 
 from ..common import (
-    APR, HOSTALLOC_MEMORY, POOL_MEMORY, RMM_PINNED, RMM_POOL_PINNED, SECTION_TITLES,
-    STAGING_IDEAL, MiB, cell, err_text, fmt_ratio, fmt_size, median_of, print_table, ratio,
+    APR, HOSTALLOC_MEMORY, POOL_MEMORY, RMM_PINNED, RMM_POOL_PINNED, SECTION_TITLES, STAGING_IDEAL,
+    MiB, copy_row, err_text, fmt_size, median_of, print_ratio_values, print_table, ratio,
     seconds_row, summarize,
 )
 from ..harness import cuda_check, pool_adaptor
@@ -211,13 +211,7 @@ def show(res: dict) -> None:
                 f"{fmt_size(p.get('chunk_bytes', 0))} chunks",
                 ["chunk source", "total ms (median)", "[p10-p90]", "GB/s"], rows)
     q = res.get("large_copy_params", {})
-    rows = []
-    for name, e in res.get("large_copy", {}).items():
-        if "error" in e:
-            rows.append([name, f"error: {e['error'][:60]}", ""])
-        else:
-            rows.append([name, cell(e.get("H2D"), "GBps"), cell(e.get("D2H"), "GBps")])
+    rows = [copy_row(name, e) for name, e in res.get("large_copy", {}).items()]
     print_table(f"  one {fmt_size(q.get('bytes', 0))} copy (GB/s: median [p10-p90])",
                 ["host memory", "H2D", "D2H"], rows)
-    rows = [[k, fmt_ratio(v)] for k, v in res.get("ratios", {}).items()]
-    print_table("  ratios", ["ratio", "value"], rows)
+    print_ratio_values(res.get("ratios", {}))
