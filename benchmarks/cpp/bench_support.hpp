@@ -3,15 +3,20 @@
  */
 #pragma once
 
-// What the C++ benchmark programs (pool_floor, cache_bench) share: medians and percentiles of
-// per-round values, JSON string escaping, and the text of a failed CUDA call.
+// What the C++ benchmark programs (pool_floor, cache_bench, front_cache_bench) share: medians and
+// percentiles of per-round values, the --sizes list, JSON string escaping, and how a program
+// reports a failure (a failed CUDA call's text, the one-line JSON error document).
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace asyncmr_bench {
@@ -58,9 +63,33 @@ inline double percentile(std::vector<double> v, double q)
   return v[lo] * (1.0 - f) + v[hi] * f;
 }
 
+inline double median(std::vector<double> v) { return percentile(std::move(v), 0.5); }
+
 inline summary summarize(std::vector<double> const& v)
 {
   return {percentile(v, 0.5), percentile(v, 0.1), percentile(v, 0.9)};
+}
+
+/// Parses a --sizes list, "a,b,c": each a decimal byte count in [1, max_bytes]. False, and
+/// `out` untouched, for anything else (an empty list or item, a sign, other characters, a
+/// number out of range).
+inline bool parse_sizes(char const* list, std::size_t max_bytes, std::vector<std::size_t>& out)
+{
+  std::vector<std::size_t> sizes;
+  std::stringstream ss{list};
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos) {
+      return false;
+    }
+    errno        = 0;
+    auto const v = std::strtoull(item.c_str(), nullptr, 10);
+    if (errno == ERANGE || v == 0 || v > max_bytes) { return false; }
+    sizes.push_back(static_cast<std::size_t>(v));
+  }
+  if (sizes.empty()) { return false; }
+  out = std::move(sizes);
+  return true;
 }
 
 /// "call failed: cudaErrorX (text)", with the runtime's last error cleared.
@@ -69,6 +98,15 @@ inline std::string cuda_failure(char const* call, cudaError_t e)
   cudaGetLastError();
   return std::string{call} + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
          ")";
+}
+
+/// A program's failure: `{"error": what}` as its one JSON document on stdout (what the Python
+/// benchmark reads) and "program: what" on stderr. Returns the exit status, 1.
+inline int report_failure(char const* program, std::string const& what)
+{
+  std::printf("{\"error\":\"%s\"}\n", json_escape(what).c_str());
+  std::fprintf(stderr, "%s: %s\n", program, what.c_str());
+  return 1;
 }
 
 }  // namespace asyncmr_bench

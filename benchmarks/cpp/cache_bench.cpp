@@ -87,6 +87,8 @@ struct params {
 
 using asyncmr_bench::cuda_failure;
 using asyncmr_bench::json_escape;
+using asyncmr_bench::parse_sizes;
+using asyncmr_bench::report_failure;
 using asyncmr_bench::summarize;
 using asyncmr_bench::summary;
 
@@ -436,16 +438,10 @@ bool parse_args(int argc, char** argv, params& p)
       p.cache = static_cast<std::size_t>(std::strtoull(argv[++i], nullptr, 10));
       if (p.cache < (std::size_t{1} << 20)) { return false; }  // room for every size's block
     } else if (a == "--sizes") {
-      if (i + 1 >= argc) { return false; }
-      p.sizes.clear();
-      std::stringstream ss{argv[++i]};
-      std::string item;
-      while (std::getline(ss, item, ',')) {
-        auto const v = std::strtoull(item.c_str(), nullptr, 10);
-        if (v == 0 || v > (std::size_t{1} << 20)) { return false; }  // cached sizes only
-        p.sizes.push_back(static_cast<std::size_t>(v));
+      // Cached sizes only.
+      if (i + 1 >= argc || !parse_sizes(argv[++i], std::size_t{1} << 20, p.sizes)) {
+        return false;
       }
-      if (p.sizes.empty()) { return false; }
     } else {
       return false;
     }
@@ -468,9 +464,7 @@ int main(int argc, char** argv)
   try {
     asyncmr::require_cuda();
   } catch (std::exception const& e) {
-    std::printf("{\"error\":\"%s\"}\n", json_escape(e.what()).c_str());
-    std::fprintf(stderr, "cache_bench: %s\n", e.what());
-    return 1;
+    return report_failure("cache_bench", e.what());
   }
 
   cudaSetDevice(0);
@@ -482,9 +476,7 @@ int main(int argc, char** argv)
   std::vector<cudaStream_t> streams(static_cast<std::size_t>(p.threads));
   for (auto& s : streams) {
     if (auto const e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); e != cudaSuccess) {
-      std::printf("{\"error\":\"%s\"}\n",
-                  json_escape(cuda_failure("cudaStreamCreateWithFlags", e)).c_str());
-      return 1;
+      return report_failure("cache_bench", cuda_failure("cudaStreamCreateWithFlags", e));
     }
   }
   cudaStream_t const stream = streams.front();

@@ -22,6 +22,8 @@
  * Exit status: 0 when it measured, 2 on bad arguments.
  */
 
+#include "bench_support.hpp"
+
 #include <asyncmr/detail/front_cache.hpp>
 
 #include <algorithm>
@@ -41,6 +43,8 @@ namespace {
 
 using asyncmr::detail::front_cache;
 using asyncmr::detail::stream_key;
+using asyncmr_bench::median;
+using asyncmr_bench::parse_sizes;
 using clock_type = std::chrono::steady_clock;
 
 #ifdef __OPTIMIZE__
@@ -55,12 +59,6 @@ struct params {
   int threads{8};
   std::vector<std::size_t> sizes{256, 4096, 65536};
 };
-
-double median(std::vector<double> v)
-{
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 /// Runs `pairs` take+put hits of `bytes` on `key`; returns the number that missed (must be 0).
 long hit_pairs(front_cache& cache, stream_key key, std::size_t bytes, long pairs)
@@ -157,16 +155,7 @@ bool parse_args(int argc, char** argv, params& p)
       if (!next_long(v)) { return false; }
       p.threads = static_cast<int>(v);
     } else if (a == "--sizes") {
-      if (i + 1 >= argc) { return false; }
-      p.sizes.clear();
-      std::stringstream ss{argv[++i]};
-      std::string item;
-      while (std::getline(ss, item, ',')) {
-        long const s = std::atol(item.c_str());
-        if (s <= 0) { return false; }
-        p.sizes.push_back(static_cast<std::size_t>(s));
-      }
-      if (p.sizes.empty()) { return false; }
+      if (i + 1 >= argc || !parse_sizes(argv[++i], SIZE_MAX, p.sizes)) { return false; }
     } else {
       return false;
     }

@@ -70,6 +70,8 @@ struct subject {
 
 using asyncmr_bench::cuda_failure;
 using asyncmr_bench::json_escape;
+using asyncmr_bench::parse_sizes;
+using asyncmr_bench::report_failure;
 using asyncmr_bench::summarize;
 using asyncmr_bench::summary;
 
@@ -142,16 +144,7 @@ bool parse_args(int argc, char** argv, params& p)
     } else if (a == "--warmup") {
       if (!next_int(p.warmup)) { return false; }
     } else if (a == "--sizes") {
-      if (i + 1 >= argc) { return false; }
-      p.sizes.clear();
-      std::stringstream ss{argv[++i]};
-      std::string item;
-      while (std::getline(ss, item, ',')) {
-        auto const v = std::strtoull(item.c_str(), nullptr, 10);
-        if (v == 0) { return false; }
-        p.sizes.push_back(static_cast<std::size_t>(v));
-      }
-      if (p.sizes.empty()) { return false; }
+      if (i + 1 >= argc || !parse_sizes(argv[++i], SIZE_MAX, p.sizes)) { return false; }
     } else {
       return false;
     }
@@ -244,9 +237,7 @@ int main(int argc, char** argv)
   try {
     asyncmr::require_cuda();
   } catch (std::exception const& e) {
-    std::printf("{\"error\":\"%s\"}\n", json_escape(e.what()).c_str());
-    std::fprintf(stderr, "pool_floor: %s\n", e.what());
-    return 1;
+    return report_failure("pool_floor", e.what());
   }
 
   cudaSetDevice(0);
@@ -255,9 +246,7 @@ int main(int argc, char** argv)
 
   cudaStream_t stream{};
   if (auto const e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess) {
-    std::printf("{\"error\":\"%s\"}\n",
-                json_escape(cuda_failure("cudaStreamCreateWithFlags", e)).c_str());
-    return 1;
+    return report_failure("pool_floor", cuda_failure("cudaStreamCreateWithFlags", e));
   }
 
   using namespace asyncmr;
