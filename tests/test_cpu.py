@@ -228,3 +228,20 @@ def test_device_facts_decide():
                         concurrent_managed_access=False)
     assert path is None and "concurrent managed access" in why
     assert _decide(13000, 13000, Location.device(0), "device", memory_pools=False)[0] is None
+
+
+@pytest.mark.parametrize("module, blocked, wheel", [
+    ("asyncmr.cupy", "cupy", "cupy-cuda{major}x"),
+    ("asyncmr.cudf", "libcudf", "libcudf-cu{major}"),
+])
+def test_an_optional_door_names_the_wheel_of_this_builds_cuda(module, blocked, wheel):
+    """Without its library, a door says which wheel to install: the one of the CUDA major this
+    asyncmr was built for (cu12 users must not be sent to a CUDA 13 wheel)."""
+    from gpu_helpers import run_python
+
+    code = (f"import sys; sys.modules[{blocked!r}] = None\n"
+            f"try:\n    import {module}\nexcept ImportError as e:\n    print(e)\n")
+    out = run_python(code, timeout=120)
+    assert out.returncode == 0, out.stderr
+    major = asyncmr.runtime_version() // 1000
+    assert f"pip install {wheel.format(major=major)}" in out.stdout, out.stdout

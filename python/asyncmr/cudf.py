@@ -21,8 +21,11 @@ try:
 
     libcudf.load_library()  # libcudf.so and what it needs, before the extension that links it
 except Exception as e:  # ImportError, or the loader's error for a missing CUDA library
+    from asyncmr import runtime_version
+
     raise ImportError(f"asyncmr.cudf needs libcudf and the CUDA libraries it loads "
-                      f"(pip install libcudf-cu13): {type(e).__name__}: {e}") from e
+                      f"(pip install libcudf-cu{runtime_version() // 1000}): "
+                      f"{type(e).__name__}: {e}") from e
 
 try:
     from asyncmr import _cudf
