@@ -17,6 +17,17 @@
 #include <string>
 
 namespace asyncmr::detail {
+
+void* driver_entry_point(char const* symbol, int version) noexcept
+{
+  void* address                          = nullptr;
+  cudaDriverEntryPointQueryResult result = cudaDriverEntryPointSymbolNotFound;
+  auto const status =
+    cudaGetDriverEntryPointByVersion(symbol, &address, version, cudaEnableDefault, &result);
+  clear_own_error(status);
+  return (status == cudaSuccess && result == cudaDriverEntryPointSuccess) ? address : nullptr;
+}
+
 namespace {
 
 // ---- CUDA 13 driver functions a CUDA 12 runtime does not have ----------------------------------
@@ -42,17 +53,12 @@ struct cuda13_driver_functions {
 template <class Fn>
 void find(char const* symbol, Fn& fn, std::string& missing)
 {
-  void* address                          = nullptr;
-  cudaDriverEntryPointQueryResult result = cudaDriverEntryPointSymbolNotFound;
-  auto const status =
-    cudaGetDriverEntryPointByVersion(symbol, &address, 13000, cudaEnableDefault, &result);
-  if (status != cudaSuccess || result != cudaDriverEntryPointSuccess || address == nullptr) {
-    clear_own_error(status);
-    if (!missing.empty()) { missing += ", "; }
-    missing += symbol;
+  if (void* const address = driver_entry_point(symbol, 13000)) {
+    fn = reinterpret_cast<Fn>(address);
     return;
   }
-  fn = reinterpret_cast<Fn>(address);
+  if (!missing.empty()) { missing += ", "; }
+  missing += symbol;
 }
 
 cuda13_driver_functions const& cuda13()

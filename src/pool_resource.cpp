@@ -8,11 +8,14 @@
 #include <asyncmr/detail/capture_mode.hpp>
 #include <asyncmr/error.hpp>
 
+#include "detail/driver_api.hpp"
+
 #include <rmm/logger.hpp>
 
 #include <mutex>
 #include <type_traits>
 #include <unordered_set>
+#include <utility>
 
 #include <atomic>
 #include <cassert>
@@ -83,6 +86,16 @@ void require_cache_cap(std::size_t cap)
   }
 }
 
+// What the managed and device constructors check before any pool is touched: the cache cap,
+// then the device (`options.device`, or the current one). The device it returns is the
+// resource's.
+template <class Options>
+int checked_device(Options const& o)
+{
+  require_cache_cap(o.cache);
+  return resolve_device(o.device);
+}
+
 mem_pool acquire_pool(pool_request const& request)
 {
   // Every argument is checked before the first change to a (possibly shared) pool, so a
@@ -140,14 +153,8 @@ stream_queries const& driver_queries() noexcept
   static stream_queries const queries = [] {
     stream_queries q;
     auto find = [](char const* symbol, int version, auto& fn) {
-      void* address                          = nullptr;
-      cudaDriverEntryPointQueryResult result = cudaDriverEntryPointSymbolNotFound;
-      auto const e =
-        cudaGetDriverEntryPointByVersion(symbol, &address, version, cudaEnableDefault, &result);
-      clear_own_error(e);
-      if (e == cudaSuccess && result == cudaDriverEntryPointSuccess) {
-        fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(address);
-      }
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
+        detail::driver_entry_point(symbol, version));
     };
     find("cuStreamIsCapturing", 10000, q.is_capturing);
     find("cuStreamGetId", 12000, q.get_id);
@@ -367,36 +374,44 @@ location managed_location(managed_resource_options const& o, int device)
 }  // namespace
 
 async_managed_memory_resource::async_managed_memory_resource(managed_resource_options const& o)
-  : pool_resource_base{[&] {
-      detail::require_cache_cap(o.cache);  // before any pool is touched
-      int const device = detail::resolve_device(o.device);
-      return detail::acquire_pool({.type              = allocation_type::managed,
-                                   .location          = managed_location(o, device),
-                                   .source            = o.source,
-                                   .release_threshold = o.release_threshold,
-                                   .accessible_from   = o.accessible_from,
-                                   .device            = device});
-    }(), o.cache},
-    device_{o.device ? *o.device : current_device()}
+  : async_managed_memory_resource{o, detail::checked_device(o)}
+{
+}
+
+async_managed_memory_resource::async_managed_memory_resource(managed_resource_options const& o,
+                                                             int device)
+  : pool_resource_base{detail::acquire_pool({.type              = allocation_type::managed,
+                                             .location          = managed_location(o, device),
+                                             .source            = o.source,
+                                             .release_threshold = o.release_threshold,
+                                             .accessible_from   = o.accessible_from,
+                                             .device            = device}),
+                       o.cache},
+    device_{device}
 {
 }
 
 async_managed_memory_resource::async_managed_memory_resource(mem_pool pool,
                                                              managed_resource_options const& o)
+  : async_managed_memory_resource{std::move(pool), o, detail::checked_device(o)}
+{
+}
+
+async_managed_memory_resource::async_managed_memory_resource(mem_pool pool,
+                                                             managed_resource_options const& o,
+                                                             int device)
   : pool_resource_base{[&] {
-      detail::require_cache_cap(o.cache);  // before any pool is touched
       static_cast<void>(pool.handle());
       detail::require_type(pool, allocation_type::managed, "AsyncManagedMR");
       // A host-located managed pool starts with no device access. When the driver cannot
       // say where an adopted pool lives, its answer to "can the resource's device access
       // it" decides: a pool the device cannot reach gets the grants.
       auto const w      = pool.location();
-      bool const remote = w ? w->is_host()
-                            : pool.access(detail::resolve_device(o.device)) == access_mode::none;
+      bool const remote = w ? w->is_host() : pool.access(device) == access_mode::none;
       detail::configure_adopted_pool(pool, o.release_threshold, o.accessible_from, remote);
       return pool;
     }(), o.cache},
-    device_{detail::resolve_device(o.device)}
+    device_{device}
 {
 }
 
@@ -426,16 +441,19 @@ async_pinned_memory_resource::async_pinned_memory_resource(mem_pool pool,
 }
 
 async_device_memory_resource::async_device_memory_resource(device_resource_options const& o)
-  : pool_resource_base{[&] {
-      detail::require_cache_cap(o.cache);  // before any pool is touched
-      int const device = detail::resolve_device(o.device);
-      return detail::acquire_pool({.type              = allocation_type::device,
-                                   .location          = location::device(device),
-                                   .source            = o.source,
-                                   .release_threshold = o.release_threshold,
-                                   .device            = device});
-    }(), o.cache},
-    device_{o.device ? *o.device : current_device()}
+  : async_device_memory_resource{o, detail::checked_device(o)}
+{
+}
+
+async_device_memory_resource::async_device_memory_resource(device_resource_options const& o,
+                                                           int device)
+  : pool_resource_base{detail::acquire_pool({.type              = allocation_type::device,
+                                             .location          = location::device(device),
+                                             .source            = o.source,
+                                             .release_threshold = o.release_threshold,
+                                             .device            = device}),
+                       o.cache},
+    device_{device}
 {
 }
 

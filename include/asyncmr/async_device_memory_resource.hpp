@@ -48,6 +48,9 @@ class async_device_memory_resource final : public detail::pool_resource_base {
   }
 
  private:
+  // The pool-obtaining constructor resolves the device once and delegates here.
+  async_device_memory_resource(device_resource_options const& options, int device);
+
   int device_{};
 };
 

@@ -65,6 +65,11 @@ class async_managed_memory_resource final : public detail::pool_resource_base {
   }
 
  private:
+  // The public constructors resolve the device once (`options.device` or the current one,
+  // checked) and delegate here.
+  async_managed_memory_resource(managed_resource_options const& options, int device);
+  async_managed_memory_resource(mem_pool pool, managed_resource_options const& options, int device);
+
   int device_{};
 };
 

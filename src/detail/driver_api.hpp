@@ -14,6 +14,11 @@
 
 namespace asyncmr::detail {
 
+/// The driver function `symbol` as of CUDA `version` (e.g. 13000), through
+/// `cudaGetDriverEntryPointByVersion`; null when the driver does not have it. A refusal is
+/// cleared from the runtime's error slot. Cast the result to the function's type.
+[[nodiscard]] void* driver_entry_point(char const* symbol, int version) noexcept;
+
 /// The default pool of `type` at `where`.
 [[nodiscard]] cudaMemPool_t get_default_pool(location const& where,
                                              allocation_type type,
