@@ -181,8 +181,9 @@ def run(cfg, ctx) -> dict:
                                                             med(CUDF_DEFAULT, w))
                    for w in ("write", "read")},
         "notes": [
-            "write: write_parquet to an io.BytesIO sink; read: read_parquet from the bytes, "
-            "then a device synchronize; rounds interleaved between the two set-ups",
+            "write: write_parquet to a file in the temporary directory; read: read_parquet "
+            "from that file (in the page cache), then a device synchronize; rounds "
+            "interleaved between the two set-ups",
             "asyncmr: AsyncPinnedMR(pool='new') installed as cuDF's pinned resource for each "
             "round and the previous resource put back after; its peaks cover the timed rounds",
         ],
