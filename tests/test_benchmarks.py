@@ -281,6 +281,33 @@ def test_a_skipped_section_is_not_a_failure(tmp_path):
     assert status == 0
 
 
+def _paced_run(cold_ns: float, warm_ns_per_pair: float):
+    """A run(n) that reports a cold first call, then warm pairs (the harness times whatever it
+    is given: this stands for a pool that grows on its first allocation)."""
+    calls = []
+
+    def run(n):
+        calls.append(n)
+        return cold_ns if len(calls) == 1 else n * warm_ns_per_pair
+
+    return run, calls
+
+
+@pytest.mark.parametrize("cold_ms", [0.002, 15.0, 200.0])
+def test_calibration_counts_warm_pairs_only(cold_ms):
+    # 1 us a warm pair and 4 ms rounds: ~4000 pairs, however long the first pair took (a
+    # first pair longer than the warm-up made the count 3 on the H200).
+    run, calls = _paced_run(cold_ms * 1e6, 1000.0)
+    n = harness.calibrate(run, lambda: None, warmup_ms=10.0, round_ms=4.0)
+    assert 3500 <= n <= 4500, n
+    assert calls[0] == 1 and len(calls) > 1
+
+
+def test_calibration_of_a_slow_contender_stays_at_the_minimum():
+    run, _ = _paced_run(50e6, 40e6)  # 40 ms a pair, 4 ms rounds
+    assert harness.calibrate(run, lambda: None, warmup_ms=10.0, round_ms=4.0) == 3
+
+
 # ---- the entry point ---------------------------------------------------------------------------
 
 

@@ -201,17 +201,24 @@ def timed(run, n):
 
 
 def calibrate(run, sync, warmup_ms: float, round_ms: float) -> int:
-    """Warm up (at least warmup_ms), then the pair count that makes one round ~round_ms."""
-    spent = timed(run, 1)
+    """Warm up, then the pair count that makes one round ~round_ms.
+
+    The first pair is cold (it may grow a pool: milliseconds) and never sets the count: on the
+    two-GPU H200 on 2026-11-30 a cold first pair longer than the whole warm-up made the count
+    3, and those cells read 2-5x their warm cost. The estimate is the last of the warm
+    batches, which grow 4x at a time until the warm-up (warmup_ms, first pair excluded) is
+    spent and one batch lasts at least a tenth of a round."""
+    timed(run, 1)  # cold
     sync()
-    per = spent
-    n = 1
-    while spent < warmup_ms * 1e6 and n < (1 << 18):
-        n *= 4
+    spent, n = 0, 1
+    while True:
         t = timed(run, n)
         sync()
         spent += t
         per = t / n
+        if (spent >= warmup_ms * 1e6 and t >= round_ms * 1e5) or n >= (1 << 18):
+            break
+        n *= 4
     return int(min(max(round_ms * 1e6 / max(per, 1.0), 3), 200_000))
 
 
