@@ -75,7 +75,7 @@ class ControlCalls:
         self._add(f"{name}.set(used_mem_high=0)", lambda: setattr(attrs, "used_mem_high", 0))
         self._add(f"{name}.set(reserved_mem_high=0)",
                   lambda: setattr(attrs, "reserved_mem_high", 0))
-        self._add(f"{name}.reset_peaks()", pool.reset_peak)
+        self._add(f"{name}.reset_peaks()", pool.reset_peaks)
         self._add(f"{name}.as_dict()", attrs.as_dict)
         self._add(f"{name}.repr()", lambda: repr(attrs) and repr(pool))
         self._add(f"{name}.trim_to(0)", lambda: pool.trim_to(0))
