@@ -4,7 +4,7 @@
 #pragma once
 
 // What the C++ benchmark programs (pool_floor, cache_bench, front_cache_bench) share: medians and
-// percentiles of per-round values, the --sizes list, JSON string escaping, and how a program
+// percentiles of per-round values, option values and the --sizes list, JSON string escaping, and how a program
 // reports a failure (a failed CUDA call's text, the one-line JSON error document).
 
 #include <cuda_runtime_api.h>
@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -70,6 +71,29 @@ inline summary summarize(std::vector<double> const& v)
   return {percentile(v, 0.5), percentile(v, 0.1), percentile(v, 0.9)};
 }
 
+/// `text` as a decimal number in [1, max]. False, and `out` untouched, for anything else (empty,
+/// a sign, other characters, a number out of range).
+template <class T>
+bool parse_positive(char const* text, T& out,
+                    unsigned long long max = std::numeric_limits<T>::max())
+{
+  std::string const s{text};
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) { return false; }
+  errno        = 0;
+  auto const v = std::strtoull(s.c_str(), nullptr, 10);
+  if (errno == ERANGE || v == 0 || v > max) { return false; }
+  out = static_cast<T>(v);
+  return true;
+}
+
+/// The value of the option at argv[i], the next argument (`i` is advanced past it), parsed as
+/// `parse_positive` does; false when it is missing or not such a number.
+template <class T>
+bool option_value(int argc, char** argv, int& i, T& out)
+{
+  return i + 1 < argc && parse_positive(argv[++i], out);
+}
+
 /// Parses a --sizes list, "a,b,c": each a decimal byte count in [1, max_bytes]. False, and
 /// `out` untouched, for anything else (an empty list or item, a sign, other characters, a
 /// number out of range).
@@ -79,13 +103,9 @@ inline bool parse_sizes(char const* list, std::size_t max_bytes, std::vector<std
   std::stringstream ss{list};
   std::string item;
   while (std::getline(ss, item, ',')) {
-    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos) {
-      return false;
-    }
-    errno        = 0;
-    auto const v = std::strtoull(item.c_str(), nullptr, 10);
-    if (errno == ERANGE || v == 0 || v > max_bytes) { return false; }
-    sizes.push_back(static_cast<std::size_t>(v));
+    std::size_t v = 0;
+    if (!parse_positive(item.c_str(), v, max_bytes)) { return false; }
+    sizes.push_back(v);
   }
   if (sizes.empty()) { return false; }
   out = std::move(sizes);

@@ -87,6 +87,7 @@ struct params {
 
 using asyncmr_bench::cuda_failure;
 using asyncmr_bench::json_escape;
+using asyncmr_bench::option_value;
 using asyncmr_bench::parse_sizes;
 using asyncmr_bench::report_failure;
 using asyncmr_bench::summarize;
@@ -414,11 +415,6 @@ bool parse_args(int argc, char** argv, params& p)
 {
   for (int i = 1; i < argc; ++i) {
     std::string const a = argv[i];
-    auto next_int       = [&](int& dst) {
-      if (i + 1 >= argc) { return false; }
-      dst = std::atoi(argv[++i]);
-      return dst > 0;
-    };
     if (a == "--quick") {
       p.pairs         = 2000;
       p.rounds        = 15;
@@ -426,17 +422,17 @@ bool parse_args(int argc, char** argv, params& p)
       p.thread_ms     = 8;
       p.control_steps = 20'000'000;
     } else if (a == "--pairs") {
-      if (!next_int(p.pairs)) { return false; }
+      if (!option_value(argc, argv, i, p.pairs)) { return false; }
     } else if (a == "--rounds") {
-      if (!next_int(p.rounds)) { return false; }
+      if (!option_value(argc, argv, i, p.rounds)) { return false; }
     } else if (a == "--warmup") {
-      if (!next_int(p.warmup)) { return false; }
+      if (!option_value(argc, argv, i, p.warmup)) { return false; }
     } else if (a == "--threads") {
-      if (!next_int(p.threads) || p.threads < 2) { return false; }
+      if (!option_value(argc, argv, i, p.threads) || p.threads < 2) { return false; }
     } else if (a == "--cache") {
-      if (i + 1 >= argc) { return false; }
-      p.cache = static_cast<std::size_t>(std::strtoull(argv[++i], nullptr, 10));
-      if (p.cache < (std::size_t{1} << 20)) { return false; }  // room for every size's block
+      if (!option_value(argc, argv, i, p.cache) || p.cache < (std::size_t{1} << 20)) {
+        return false;  // room for every size's block
+      }
     } else if (a == "--sizes") {
       // Cached sizes only.
       if (i + 1 >= argc || !parse_sizes(argv[++i], std::size_t{1} << 20, p.sizes)) {

@@ -44,6 +44,7 @@ namespace {
 using asyncmr::detail::front_cache;
 using asyncmr::detail::stream_key;
 using asyncmr_bench::median;
+using asyncmr_bench::option_value;
 using asyncmr_bench::parse_sizes;
 using clock_type = std::chrono::steady_clock;
 
@@ -137,23 +138,15 @@ bool parse_args(int argc, char** argv, params& p)
 {
   for (int i = 1; i < argc; ++i) {
     std::string const a = argv[i];
-    auto next_long      = [&](long& dst) {
-      if (i + 1 >= argc) { return false; }
-      dst = std::atol(argv[++i]);
-      return dst > 0;
-    };
-    long v = 0;
     if (a == "--quick") {
       p.pairs  = 300'000;
       p.rounds = 5;
     } else if (a == "--pairs") {
-      if (!next_long(p.pairs)) { return false; }
+      if (!option_value(argc, argv, i, p.pairs)) { return false; }
     } else if (a == "--rounds") {
-      if (!next_long(v)) { return false; }
-      p.rounds = static_cast<int>(v);
+      if (!option_value(argc, argv, i, p.rounds)) { return false; }
     } else if (a == "--threads") {
-      if (!next_long(v)) { return false; }
-      p.threads = static_cast<int>(v);
+      if (!option_value(argc, argv, i, p.threads)) { return false; }
     } else if (a == "--sizes") {
       if (i + 1 >= argc || !parse_sizes(argv[++i], SIZE_MAX, p.sizes)) { return false; }
     } else {

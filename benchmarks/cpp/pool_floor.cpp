@@ -70,6 +70,7 @@ struct subject {
 
 using asyncmr_bench::cuda_failure;
 using asyncmr_bench::json_escape;
+using asyncmr_bench::option_value;
 using asyncmr_bench::parse_sizes;
 using asyncmr_bench::report_failure;
 using asyncmr_bench::summarize;
@@ -128,21 +129,16 @@ bool parse_args(int argc, char** argv, params& p)
 {
   for (int i = 1; i < argc; ++i) {
     std::string const a = argv[i];
-    auto next_int       = [&](int& dst) {
-      if (i + 1 >= argc) { return false; }
-      dst = std::atoi(argv[++i]);
-      return dst > 0;
-    };
     if (a == "--quick") {
       p.pairs  = 1000;
       p.rounds = 15;
       p.warmup = 200;
     } else if (a == "--pairs") {
-      if (!next_int(p.pairs)) { return false; }
+      if (!option_value(argc, argv, i, p.pairs)) { return false; }
     } else if (a == "--rounds") {
-      if (!next_int(p.rounds)) { return false; }
+      if (!option_value(argc, argv, i, p.rounds)) { return false; }
     } else if (a == "--warmup") {
-      if (!next_int(p.warmup)) { return false; }
+      if (!option_value(argc, argv, i, p.warmup)) { return false; }
     } else if (a == "--sizes") {
       if (i + 1 >= argc || !parse_sizes(argv[++i], SIZE_MAX, p.sizes)) { return false; }
     } else {
