@@ -49,16 +49,22 @@ def run_module(*args, cwd, env=None):
                           capture_output=True, text=True, timeout=120, check=False)
 
 
+def _program(path: Path, script: str = "") -> Path:
+    """An executable shell script at `path` standing in for a C++ benchmark program (what the
+    finders and runners are given; the real programs need a GPU)."""
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+    return path
+
+
 # ---- the floor refuses unoptimized builds ----------------------------------------------------
 
 
 @pytest.mark.parametrize("optimized", [False, True])
 def test_floor_program_built_without_optimization_is_refused(tmp_path, optimized):
     """The floor program says how it was compiled; an -O0 floor must not be compared against."""
-    program = tmp_path / "pool_floor"
     doc = '{"meta":{"optimized":%s},"floor":{},"via_ref":{}}' % str(optimized).lower()
-    program.write_text(f"#!/bin/sh\necho '{doc}'\n")
-    program.chmod(0o755)
+    program = _program(tmp_path / "pool_floor", f"echo '{doc}'\n")
     result = floor.run_floor(config("--floor-bin", str(program)))
     if optimized:
         assert "error" not in result and result["meta"]["optimized"] is True
@@ -97,9 +103,7 @@ def test_floor_library_missing_says_how_to_build_it(tmp_path):
 
 def test_floor_library_is_found_next_to_the_floor_program(tmp_path):
     """ci/gpu.sh passes --floor-bin only: the library beside it must be found."""
-    program = tmp_path / "pool_floor"
-    program.write_text("#!/bin/sh\n")
-    program.chmod(0o755)
+    program = _program(tmp_path / "pool_floor")
     (tmp_path / "libasyncmr_floor.so").write_bytes(b"")
     path, _ = floor.find_floor_lib(config("--floor-bin", str(program)))
     assert path == tmp_path / "libasyncmr_floor.so"
@@ -579,18 +583,15 @@ def test_cache_bench_absent_is_a_skip_that_says_how_to_build_it(tmp_path):
 def test_cache_bench_is_found_next_to_the_floor_program(tmp_path):
     """ci/gpu.sh passes --floor-bin only: cache_bench beside it must be found."""
     for name in ("pool_floor", "cache_bench"):
-        (tmp_path / name).write_text("#!/bin/sh\n")
-        (tmp_path / name).chmod(0o755)
+        _program(tmp_path / name)
     path, _ = floor.find_cache_bin(config("--floor-bin", str(tmp_path / "pool_floor")))
     assert path == tmp_path / "cache_bench"
 
 
 @pytest.mark.parametrize("optimized", [False, True])
 def test_cache_bench_built_without_optimization_is_refused(tmp_path, optimized):
-    program = tmp_path / "cache_bench"
     doc = '{"meta":{"optimized":%s},"pairs":{},"threads":{}}' % str(optimized).lower()
-    program.write_text(f"#!/bin/sh\necho '{doc}'\n")
-    program.chmod(0o755)
+    program = _program(tmp_path / "cache_bench", f"echo '{doc}'\n")
     result = floor.run_cache_bench(config("--cache-bin", str(program), "--quick"),
                                    [4096], 64 * MiB)
     if optimized:
@@ -600,10 +601,8 @@ def test_cache_bench_built_without_optimization_is_refused(tmp_path, optimized):
 
 
 def test_cache_bench_failure_is_an_error_with_its_output(tmp_path):
-    program = tmp_path / "cache_bench"
-    program.write_text("#!/bin/sh\necho '{\"error\":\"no CUDA driver\"}'\n"
+    program = _program(tmp_path / "cache_bench", "echo '{\"error\":\"no CUDA driver\"}'\n"
                        "echo 'cache_bench: no CUDA driver' >&2\nexit 1\n")
-    program.chmod(0o755)
     result = floor.run_cache_bench(config("--cache-bin", str(program)), [4096], 64 * MiB)
     assert result["error"].startswith("cache_bench exited 1: cache_bench: no CUDA driver")
     assert result["output"] == {"error": "no CUDA driver"}
