@@ -59,6 +59,19 @@ def run(cfg, ctx) -> dict:
         end.synchronize()
         return nbytes / (cp.cuda.get_elapsed_time(start, end) * 1e-3) / 1e9
 
+    def round_trips(a) -> bool:
+        """The bytes make the trip through the timed calls: the host's 7s go to the device
+        (which held 3s), the host array is zeroed, and the 7s come back."""
+        a[:] = 7
+        with stream:
+            dev.fill(3)
+        dev.set(a, stream=stream)
+        stream.synchronize()
+        a[:] = 0
+        dev.get(out=a, stream=stream, blocking=False)
+        stream.synchronize()
+        return bool((a == 7).all())
+
     samples = {name: {d: [] for d in DIRECTIONS} for name in arrays}
     for name, a in arrays.items():  # warm-up
         for d in DIRECTIONS:
@@ -75,19 +88,6 @@ def run(cfg, ctx) -> dict:
                     samples[name][d].append(one_copy(arrays[name], d))
             except Exception as e:  # noqa: BLE001 - recorded, the other goes on
                 results[name] = {"error": err_text(e)}
-    def round_trips(a) -> bool:
-        """The bytes make the trip through the timed calls: the host's 7s go to the device
-        (which held 3s), the host array is zeroed, and the 7s come back."""
-        a[:] = 7
-        with stream:
-            dev.fill(3)
-        dev.set(a, stream=stream)
-        stream.synchronize()
-        a[:] = 0
-        dev.get(out=a, stream=stream, blocking=False)
-        stream.synchronize()
-        return bool((a == 7).all())
-
     live = [n for n in arrays if n not in results]
     checks = {}
     for name in live:
