@@ -36,6 +36,14 @@ os.close(fd)
 assert pool.imported and pool.owned
 if kind == "pinned" or device != 0:
     pool.set_access(device, "rw")  # this process's device reaches the exporter's memory
+if how == "oversize":  # the peer claims more than it allocated: the driver knows better
+    try:
+        extra = pool.import_pointer(data, nbytes * 64)
+    except ValueError as e:
+        print("OVERSIZE REFUSED", e, flush=True)
+    else:
+        print("OVERSIZE ACCEPTED", extra.nbytes, flush=True)
+        extra.release()
 imported = pool.import_pointer(data, nbytes)
 words = nbytes // 4
 view = device_view(imported.ptr, words, dtype=np.uint32, device_id=device)
@@ -49,6 +57,26 @@ if kind == "pinned":  # host code of the importer reads the exporter's pinned me
 print("CHECKED" if ok else "WRONG", flush=True)
 if how == "die":
     os._exit(0)  # holding the import: the driver must clean up after this process
+if how == "capture_release":  # a release inside a capture is refused and changes nothing
+    from rmm.pylibrmm.stream import Stream
+    cs = cupy.cuda.Stream(non_blocking=True)
+    cs.begin_capture(cupy.cuda.runtime.streamCaptureModeThreadLocal)
+    try:
+        imported.release(Stream(obj=cs))
+    except asyncmr.UnsupportedError as e:
+        print("CAPTURE RELEASE REFUSED", e, flush=True)
+    except Exception as e:
+        print("CAPTURE RELEASE FAILED", type(e).__name__, e, flush=True)
+    else:
+        print("CAPTURE RELEASE ACCEPTED", flush=True)
+    try:
+        cs.end_capture()
+        print("CAPTURE VALID", flush=True)
+    except Exception as e:
+        print("CAPTURE BROKEN", e, flush=True)
+    print("IMPORT LIVE" if not imported.released else "IMPORT FORGOTTEN", flush=True)
+    ok = bool((view == expected + 7).all())
+    print("STILL MAPPED" if ok else "NOT MAPPED", flush=True)
 imported.release()
 assert imported.released
 pool.close()
@@ -142,6 +170,27 @@ def test_host_pinned_pools_across_processes(gpu):
     sync()
     print("host pinned pools: exported, imported, written by the importer's kernel and read "
           "by both processes' host code")
+
+
+def test_an_importer_cannot_claim_more_bytes_than_the_driver_mapped(gpu):
+    pool, mr, ptr = _exporter("device")
+    proc = _share(pool, ptr, "device", 0, how="oversize")
+    assert proc.returncode == 0 and "OK" in proc.stdout, describe(proc)
+    assert "OVERSIZE REFUSED" in proc.stdout, describe(proc)
+    mr.deallocate(ptr, MiB)
+    sync()
+    pool.close()
+
+
+def test_a_release_inside_a_capture_is_refused_and_the_import_stays_live(gpu):
+    pool, mr, ptr = _exporter("device")
+    proc = _share(pool, ptr, "device", 0, how="capture_release")
+    assert proc.returncode == 0 and "OK" in proc.stdout, describe(proc)
+    for line in ("CAPTURE RELEASE REFUSED", "CAPTURE VALID", "IMPORT LIVE", "STILL MAPPED"):
+        assert line in proc.stdout, describe(proc)
+    mr.deallocate(ptr, MiB)
+    sync()
+    pool.close()
 
 
 # ---- bad input -----------------------------------------------------------------------------------

@@ -1,0 +1,221 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+
+// The soundness rules of the front cache and the pools, on the GPU: resources with different
+// caches are different resources, a path that must not allocate does not (or survives when it
+// cannot), and an imported allocation keeps its pool.
+
+#include "alloc_failure.hpp"
+#include "test_support.hpp"
+
+#include <rmm/resource_ref.hpp>
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+extern char** environ;
+
+namespace asyncmr::test {
+namespace {
+
+constexpr std::size_t cache_cap = 64 * mib;
+
+class SoundnessTest : public GpuTest {};
+
+// ---- equality: memory of one may be freed through the other only if they are equal ------------
+
+TEST_F(SoundnessTest, ResourcesWithDifferentCachesAreNotEqual)
+{
+  mem_pool const pool = mem_pool::create({.type = allocation_type::device,
+                                          .location = location::device(0)});
+  async_device_memory_resource const plain{pool};
+  async_device_memory_resource const cached{pool, {.cache = cache_cap}};
+  async_device_memory_resource const other_cache{pool, {.cache = cache_cap}};
+  async_device_memory_resource const copy = cached;  // NOLINT(performance-unnecessary-copy-initialization)
+  EXPECT_FALSE(plain == cached) << "an uncached and a cached resource on one pool compare equal";
+  EXPECT_FALSE(cached == other_cache) << "two caches on one pool compare equal";
+  EXPECT_TRUE(cached == copy) << "copies share the cache";
+  EXPECT_TRUE(plain == async_device_memory_resource{pool});
+  rmm::device_async_resource_ref const a{const_cast<async_device_memory_resource&>(plain)};
+  rmm::device_async_resource_ref const b{const_cast<async_device_memory_resource&>(cached)};
+  EXPECT_FALSE(a == b) << "RMM's resource_ref equality follows the resources'";
+}
+
+// ---- nothing allocates where a failure could leak or terminate -------------------------------------
+
+TEST_F(SoundnessTest, ACapturedAllocationNeedsNoHostMemory)
+{
+  async_device_memory_resource mr{{.source = pool_source::new_pool, .cache = cache_cap}};
+  capture_scope capture{stream(), cudaStreamCaptureModeThreadLocal};
+  ASSERT_EQ(capture.begin_status(), cudaSuccess);
+  void* p = nullptr;
+  unsigned long allocations = 0;
+  {
+    // A graph allocation node is made by the driver; a host allocation after it could throw
+    // and leak the graph's block, so the path makes none.
+    counting_allocations counted;
+    p           = mr.allocate(stream_ref(), mib);
+    allocations = counted.count();
+  }
+  EXPECT_EQ(allocations, 0U) << "the captured allocation path allocated host memory";
+  ASSERT_NE(p, nullptr);
+  mr.deallocate(stream_ref(), p, mib);  // a graph free node
+  ASSERT_EQ(capture.end(), cudaSuccess);
+  EXPECT_EQ(instantiate_and_run(capture.graph(), stream()), cudaSuccess);
+}
+
+TEST_F(SoundnessTest, HitsAndPutsNeedNoHostMemory)
+{
+  async_device_memory_resource mr{{.source = pool_source::new_pool, .cache = cache_cap}};
+  void* p = mr.allocate(stream_ref(), 4096);
+  mr.deallocate(stream_ref(), p, 4096);
+  unsigned long allocations = 0;
+  int hits                  = 0;
+  {
+    counting_allocations counted;
+    for (int i = 0; i < 100; ++i) {
+      void* q = mr.allocate(stream_ref(), 4096);
+      hits += q == p ? 1 : 0;
+      mr.deallocate(stream_ref(), q, 4096);
+    }
+    allocations = counted.count();
+  }
+  EXPECT_EQ(hits, 100);
+  EXPECT_EQ(allocations, 0U) << "the hit path allocated host memory";
+  EXPECT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
+}
+
+// The child of the test below: fills a cache, releases it with no host memory to be had, then
+// releases it again; exits 0 when the cache ended empty.
+[[noreturn]] void release_without_host_memory(cudaStream_t stream)
+{
+  device_resource_options options{};
+  options.source = pool_source::new_pool;
+  options.cache  = cache_cap;
+  async_device_memory_resource mr{options};
+  cuda::stream_ref const s{stream};
+  std::vector<void*> blocks;
+  for (int i = 0; i < 64; ++i) { blocks.push_back(mr.allocate(s, 4096 * (i % 7 + 1))); }
+  for (int i = 0; i < 64; ++i) { mr.deallocate(s, blocks[i], 4096 * (i % 7 + 1)); }
+  {
+    failing_allocations no_host_memory;
+    try {
+      mr.release_cache();
+    } catch (std::bad_alloc const&) {  // NOLINT(bugprone-empty-catch): refusing is allowed
+    }
+  }
+  mr.release_cache();
+  std::fflush(nullptr);
+  std::_Exit(mr.cache_stats()->cached_blocks == 0 ? 0 : 3);
+}
+
+// release_cache() must not terminate the process when host memory runs out; checked in a
+// re-executed child (threadsafe death-test style), which starts CUDA afresh.
+TEST_F(SoundnessTest, ReleasingTheCacheSurvivesHostAllocationFailure)
+{
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(release_without_host_memory(stream()), ::testing::ExitedWithCode(0), "");
+}
+
+// ---- IPC: an imported allocation keeps its imported pool alive -----------------------------------
+
+template <class Import>
+void* address_of(Import const& imported)
+{
+  if constexpr (std::is_pointer_v<Import>) {
+    return imported;
+  } else {
+    return imported.get();
+  }
+}
+
+std::string to_hex(exported_pointer const& data)
+{
+  std::string out;
+  char byte[3];
+  for (unsigned char const b : data.bytes) {
+    std::snprintf(byte, sizeof byte, "%02x", b);
+    out += byte;
+  }
+  return out;
+}
+
+exported_pointer from_hex(char const* text)
+{
+  exported_pointer data;
+  for (std::size_t i = 0; i < sizeof data.bytes; ++i) {
+    unsigned value = 0;
+    std::sscanf(text + 2 * i, "%2x", &value);
+    data.bytes[i] = static_cast<unsigned char>(value);
+  }
+  return data;
+}
+
+// The importing side (run only as the child of the test below).
+TEST_F(SoundnessTest, IpcChildImportOutlivesItsPoolHandles)
+{
+  char const* fd_text   = std::getenv("ASYNCMR_IPC_FD");
+  char const* data_text = std::getenv("ASYNCMR_IPC_DATA");
+  if (fd_text == nullptr || data_text == nullptr) {
+    GTEST_SKIP() << "not applicable: the importing child of "
+                    "IpcAnImportKeepsItsPoolAfterEveryHandleIsGone";
+  }
+  mem_pool pool = mem_pool::import_fd(std::atoi(fd_text), location::device(0),
+                                      allocation_type::device);
+  // Generic, so the form of import_pointer's result decides which branch compiles.
+  auto check = [&](auto& imported_pool) {
+    auto imported = imported_pool.import_pointer(from_hex(data_text));
+    imported_pool = mem_pool{};  // the last handle of the imported pool goes away
+    EXPECT_TRUE(holds_pattern(address_of(imported), mib)) << "the import lost its mapping";
+    if constexpr (!std::is_pointer_v<decltype(imported)>) { imported.release(stream()); }
+  };
+  check(pool);
+}
+
+TEST_F(SoundnessTest, IpcAnImportKeepsItsPoolAfterEveryHandleIsGone)
+{
+  if (std::getenv("ASYNCMR_IPC_FD") != nullptr) { GTEST_SKIP() << "not applicable: the child"; }
+  mem_pool const pool = mem_pool::create({.type                = allocation_type::device,
+                                          .location            = location::device(0),
+                                          .export_handle_types = static_cast<int>(export_handle::posix_fd)});
+  async_device_memory_resource mr{pool};
+  int const fd = pool.export_fd();
+  void* p      = mr.allocate(stream_ref(), mib);
+  ASSERT_TRUE(kernel_writes_host_reads(p, mib, false, stream()));
+  std::string const data = to_hex(export_pointer(p));
+  ASSERT_EQ(fcntl(fd, F_SETFD, 0), 0);  // the child inherits the descriptor
+  std::string const fd_env   = "ASYNCMR_IPC_FD=" + std::to_string(fd);
+  std::string const data_env = "ASYNCMR_IPC_DATA=" + data;
+  std::vector<std::string> env_strings{fd_env, data_env};
+  for (char** e = environ; *e != nullptr; ++e) { env_strings.emplace_back(*e); }
+  std::vector<char*> envp;
+  for (auto& s : env_strings) { envp.push_back(s.data()); }
+  envp.push_back(nullptr);
+  std::string filter = "--gtest_filter=SoundnessTest.IpcChildImportOutlivesItsPoolHandles";
+  std::string self   = "/proc/self/exe";
+  char* argv[]       = {self.data(), filter.data(), nullptr};
+  pid_t child        = 0;
+  ASSERT_EQ(posix_spawn(&child, "/proc/self/exe", nullptr, nullptr, argv, envp.data()), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  close(fd);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+    << "the importing child failed (status " << status << ")";
+  mr.deallocate(stream_ref(), p, mib);
+  EXPECT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace asyncmr::test

@@ -1,0 +1,295 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The front cache and the pools are sound: no block ever has two owners, no call waits on the
+device holding the GIL, dead streams do not starve live ones, and a cache is never the reason an
+allocation fails. One test per defect of the soundness issue; each was run first on the code
+before the fix (the closing note says which failed there)."""
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+from rmm.pylibrmm.stream import Stream
+
+import asyncmr
+from asyncmr import AsyncDeviceMR, AsyncManagedMR, AsyncPinnedMR, Location, MemPool
+
+from gpu_helpers import describe, device_view, require_module, run_python, sync
+
+KiB, MiB = 1 << 10, 1 << 20
+MAKERS = {"pinned": AsyncPinnedMR, "device": AsyncDeviceMR, "managed": AsyncManagedMR}
+
+
+def make(kind, cap=64 * MiB, **kwargs):
+    return MAKERS[kind](pool="new", cache=cap, **kwargs)
+
+
+# ---- 1. a graph's allocation never enters the cache -----------------------------------------------
+
+@pytest.mark.parametrize("kind", ["device", "managed"])
+def test_a_graph_allocation_freed_outside_its_graph_never_enters_the_cache(gpu, kind):
+    cupy = require_module("cupy")
+    mr = make(kind)
+    s = cupy.cuda.Stream(non_blocking=True)
+    rs = Stream(obj=s)
+    with s:
+        s.begin_capture(cupy.cuda.runtime.streamCaptureModeThreadLocal)
+        g = mr.allocate(MiB, rs)  # a graph allocation node: the graph owns this address
+        cupy.cuda.runtime.memsetAsync(g, 7, MiB, s.ptr)
+        graph = s.end_capture()
+    for _ in range(3):
+        graph.launch(s)
+        mr.deallocate(g, MiB, rs)  # freed outside the graph, after each launch
+        assert mr.cache_info["blocks"] == 0, f"the graph's block was cached: {mr.cache_info}"
+    p = mr.allocate(MiB, rs)
+    assert p != g, "an ordinary allocation got the graph's address: two owners"
+    mr.deallocate(p, MiB, rs)
+    s.synchronize()
+    del graph
+
+
+# ---- 2. a foreign pointer is refused, never handed out ---------------------------------------------
+
+@pytest.mark.parametrize("kind", ["device", "pinned"])
+def test_a_pointer_of_another_pool_is_refused_and_never_handed_out(gpu, kind):
+    mr = make(kind)
+    other = MAKERS[kind](pool="new")
+    s = Stream()
+    p = other.allocate(64 * KiB, s)
+    with pytest.raises(ValueError, match="not allocated by this resource|another pool"):
+        mr.deallocate(p, 64 * KiB, s)
+    assert mr.cache_info["blocks"] == 0
+    q = mr.allocate(64 * KiB, s)
+    assert q != p, "the foreign block was handed out"
+    mr.deallocate(q, 64 * KiB, s)
+    other.deallocate(p, 64 * KiB, s)  # still the other resource's: its free works
+    s.synchronize()
+    assert other.attributes.used_mem_current == 0
+
+
+# ---- 3. dead streams do not starve live ones --------------------------------------------------------
+
+def test_blocks_of_destroyed_streams_do_not_starve_a_live_stream(gpu):
+    mr = make("pinned", cap=8 * MiB)
+    for _ in range(2000):
+        s = Stream()
+        a, b = mr.allocate(4 * KiB, s), mr.allocate(4 * KiB, s)
+        mr.deallocate(a, 4 * KiB, s)
+        mr.deallocate(b, 4 * KiB, s)
+        del s  # destroyed with two blocks cached for it
+    live = Stream()
+    before = mr.cache_info["hits"]
+    for _ in range(100):
+        p = mr.allocate(4 * KiB, live)
+        mr.deallocate(p, 4 * KiB, live)
+    info = mr.cache_info
+    assert info["hits"] - before >= 95, f"the live stream starved: {info}"
+    assert info["bytes"] <= info["cap"]
+    assert info["streams"] < 1000, f"buckets of dead streams are kept: {info}"
+    live.synchronize()
+
+
+# ---- 4 and 8. no wait on the device while holding the GIL --------------------------------------------
+
+# A Python host function waits on the stream behind a one-second kernel; then ACTION runs. If
+# ACTION waits for the device holding the GIL, the host function can never run: a deadlock.
+GIL_CHILD = r"""
+import sys, cupy, asyncmr
+from asyncmr import Location, MemPool
+from rmm.pylibrmm.stream import Stream
+spin = cupy.RawKernel(r'''extern "C" __global__ void spin(long long cycles)
+{ long long t = clock64(); while (clock64() - t < cycles) {} }''', "spin")
+action = sys.argv[1]
+s = cupy.cuda.Stream.null  # the legacy stream: every device-wide wait includes it
+rs = Stream(obj=s)
+mr = asyncmr.AsyncDeviceMR(pool="new", cache=64 << 20)
+p = mr.allocate(4096, rs)
+mr.deallocate(p, 4096, rs)  # the cache holds a block
+pinned = MemPool.create(Location.host(), "pinned")
+owned = MemPool.create(Location.device(0), "device")
+held = asyncmr.AsyncDeviceMR(pool=owned)
+q = held.allocate(4096, rs)
+cupy.cuda.runtime.deviceSynchronize()
+ran = []
+with s:
+    spin((1,), (1,), (cupy.int64(2_000_000_000),))  # about a second
+s.launch_host_func(lambda _: ran.append(1), None)
+if action == "drop":
+    del mr
+elif action == "release_cache":
+    mr.release_cache()
+elif action == "trim_to":
+    mr.trim_to(0)
+elif action == "pool_trim_to":
+    owned.trim_to(0)
+elif action == "set_access":
+    pinned.set_access(0, "rw")
+elif action == "close":
+    owned.close()  # a live block: trimmed and parked
+s.synchronize()
+print("OK", ran, flush=True)
+"""
+
+
+@pytest.mark.parametrize("action", ["drop", "release_cache", "trim_to", "pool_trim_to",
+                                    "set_access", "close"])
+def test_no_call_waits_on_the_device_holding_the_gil(gpu, action):
+    require_module("cupy")
+    try:
+        proc = run_python(GIL_CHILD, action, timeout=60)
+    except Exception as e:  # subprocess.TimeoutExpired: the child hung
+        pytest.fail(f"{action}: the child hung (a device-wide wait with the GIL held): {e}")
+    assert proc.returncode == 0 and "OK [1]" in proc.stdout, describe(proc)
+
+
+# ---- 5. release_cache never frees a block under a kernel --------------------------------------------
+
+def test_a_block_freed_while_release_cache_waits_is_not_freed_under_its_kernel(gpu):
+    cupy = require_module("cupy")
+    import reliability_helpers as rh
+
+    rh.warm_up_kernels()
+    spin = cupy.RawKernel(r'''extern "C" __global__ void spin(long long cycles)
+        { long long t = clock64(); while (clock64() - t < cycles) {} }''', "spin")
+    n = 64 * KiB
+    mr = make("device")
+    other = AsyncDeviceMR(pool=mr.pool)  # uncached, same pool: gets what the pool gives back
+    S, T, U = (cupy.cuda.Stream(non_blocking=True) for _ in range(3))
+    rS, rT = Stream(obj=S), Stream(obj=T)
+    y = [mr.allocate(n, rS) for _ in range(2)]
+    for p in y:
+        mr.deallocate(p, n, rS)  # two blocks cached for S
+    S.synchronize()
+    gate = threading.Event()
+    U.launch_host_func(lambda _: gate.wait(30), None)  # holds release_cache's device wait
+    releaser = threading.Thread(target=mr.release_cache)
+    releaser.start()
+    time.sleep(0.3)  # release_cache is waiting for the device now
+    x = mr.allocate(n, rS)
+    with S:
+        spin((1,), (1,), (cupy.int64(1_000_000_000),))  # ~0.5 s, then the pattern A
+    rh.fill(x, n, 0xA, S)
+    mr.deallocate(x, n, rS)  # freed on S while release_cache waits
+    gate.set()
+    releaser.join(60)
+    assert not releaser.is_alive()
+    taken = [other.allocate(n, rT) for _ in range(4)]
+    for q in taken:
+        rh.fill(q, n, 0xB, T)
+    sync()
+    bad = cupy.zeros(1, dtype=cupy.uint64)
+    for q in taken:
+        rh.check(q, n, 0xB, bad, cupy.cuda.Stream.null)
+    sync()
+    wrong = int(bad.get()[0])
+    assert x not in taken or wrong == 0, "the block was freed while its kernel ran"
+    assert wrong == 0, f"{wrong} words of another stream's blocks were overwritten"
+    for q in taken:
+        other.deallocate(q, n, rT)
+    sync()
+
+
+# ---- 6. a block the cache did not hand out, or a wrong size, never overruns ----------------------------
+
+def test_an_exact_size_block_of_an_uncached_sibling_is_not_cached(gpu):
+    pool = MemPool.create(Location.device(0), "device")
+    plain = AsyncDeviceMR(pool=pool)
+    cached = AsyncDeviceMR(pool=pool, cache=64 * MiB)
+    s = Stream()
+    x = plain.allocate(900_000, s)  # exactly 900,000 bytes: not a size class
+    cached.deallocate(x, 900_000, s)
+    assert cached.cache_info["blocks"] == 0, "a 900 kB block was filed under the 1 MiB class"
+    p = cached.allocate(MiB, s)
+    assert cached.cache_info["hits"] == 0
+    cached.deallocate(p, MiB, s)
+    s.synchronize()
+
+
+def test_a_wrong_size_on_free_is_refused_and_the_block_stays_valid(gpu):
+    mr = make("device")
+    s = Stream()
+    p = mr.allocate(256, s)
+    with pytest.raises(ValueError, match="256"):
+        mr.deallocate(p, MiB, s)  # a 256-byte block freed as 1 MiB
+    q = mr.allocate(MiB, s)
+    assert q != p, "a 256-byte block served a 1 MiB request"
+    mr.deallocate(q, MiB, s)
+    mr.deallocate(p, 256, s)  # the right size still frees it
+    assert mr.cache_info["blocks"] == 2
+    s.synchronize()
+
+
+# ---- 7. no primary context on GPUs the process never used ----------------------------------------------
+
+CONTEXT_CHILD = r"""
+import asyncmr
+from cuda.bindings import driver as cu
+from rmm.pylibrmm.stream import Stream
+mr = asyncmr.AsyncDeviceMR(0, pool="new", cache=64 << 20)
+pinned = asyncmr.AsyncPinnedMR(pool="new", cache=64 << 20, accessible_from=[0])
+s = Stream()
+for r in (mr, pinned):
+    p = r.allocate(4096, s); r.deallocate(p, 4096, s)
+mr.release_cache(); pinned.release_cache()
+for r in (mr, pinned):
+    p = r.allocate(4096, s); r.deallocate(p, 4096, s)
+mr.trim_to(0); pinned.trim_to(0)
+for r in (mr, pinned):
+    p = r.allocate(4096, s); r.deallocate(p, 4096, s)
+del mr, pinned
+cu.cuInit(0)
+for d in range(asyncmr.device_count()):
+    err, dev = cu.cuDeviceGet(d)
+    err, flags, active = cu.cuDevicePrimaryCtxGetState(dev)
+    print(f"device {d}: active {int(active)}", flush=True)
+"""
+
+
+def test_a_process_using_gpu_0_makes_no_context_on_gpu_1(two_gpus):
+    proc = run_python(CONTEXT_CHILD, timeout=120)
+    assert proc.returncode == 0, describe(proc)
+    assert "device 0: active 1" in proc.stdout, describe(proc)
+    assert "device 1: active 0" in proc.stdout, describe(proc)
+
+
+# ---- 9. the attribute table is indexed checked ------------------------------------------------------
+
+ATTRIBUTE_CHILD = r"""
+import asyncmr
+from asyncmr import Location, MemPool
+pool = MemPool.create(Location.device(0), "device")
+for call in (lambda: pool._get_attribute(10**6), lambda: pool._set_attribute(10**6, 0),
+             lambda: pool._get_attribute(len(asyncmr.attribute_table))):
+    try:
+        call()
+    except ValueError as e:
+        print("REFUSED", e, flush=True)
+    else:
+        print("ACCEPTED", flush=True)
+"""
+
+
+def test_an_attribute_index_outside_the_table_is_refused(gpu):
+    proc = run_python(ATTRIBUTE_CHILD, timeout=120)
+    assert proc.returncode == 0, describe(proc)
+    assert proc.stdout.count("REFUSED") == 3, describe(proc)
+
+
+# ---- 12. a cache is never the reason an allocation fails ------------------------------------------------
+
+def test_an_allocation_the_pool_cannot_serve_gets_the_cached_memory_back(gpu):
+    pool = MemPool.create(Location.device(0), "device", max_size=64 * MiB)
+    mr = AsyncDeviceMR(pool=pool, cache=64 * MiB)
+    a, b = Stream(), Stream()
+    blocks = [mr.allocate(MiB, a) for _ in range(48)]
+    for p in blocks:
+        mr.deallocate(p, MiB, a)  # 48 MiB cached for stream a
+    assert mr.cache_info["bytes"] == 48 * MiB
+    big = mr.allocate(24 * MiB, b)  # only fits once the cache gives its blocks back
+    mr.deallocate(big, 24 * MiB, b)
+    b.synchronize()
+    with pytest.raises(MemoryError, match=r"reserved .* used .* cached"):
+        mr.allocate(128 * MiB, b)  # cannot fit whatever the cache does
+    assert mr.attributes.reserved_mem_current <= 64 * MiB
+    sync()
