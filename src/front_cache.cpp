@@ -11,9 +11,9 @@
 
 namespace asyncmr::detail {
 
-// ---- the bucket lock ------------------------------------------------------------------------
+// ---- the lock -------------------------------------------------------------------------------
 
-void bucket_lock::lock_slow() noexcept
+void spin_lock::lock_slow() noexcept
 {
   for (;;) {
     // Critical sections are a few dozen instructions: a short spin usually wins; after that the
@@ -33,18 +33,24 @@ void bucket_lock::lock_slow() noexcept
   }
 }
 
-// ---- one stream's bucket --------------------------------------------------------------------
-
 namespace {
+
+struct lock_scope {
+  explicit lock_scope(spin_lock& l) noexcept : lock{l} { lock.lock(); }
+  ~lock_scope() { lock.unlock(); }
+  lock_scope(lock_scope const&)            = delete;
+  lock_scope& operator=(lock_scope const&) = delete;
+  spin_lock& lock;
+};
 
 /// Allocates whole cache lines: the block lists of two streams' buckets never share a line (a
 /// list of a few pointers from plain malloc would sit next to another stream's, and every put
 /// writes into it: false sharing between threads that otherwise touch nothing in common).
 template <class T>
 struct line_allocator {
-  using value_type                = T;
+  using value_type                  = T;
   static constexpr std::size_t line = 64;
-  line_allocator() noexcept       = default;
+  line_allocator() noexcept         = default;
   template <class U>
   line_allocator(line_allocator<U> const&) noexcept
   {
@@ -68,24 +74,145 @@ struct line_allocator {
   }
 };
 
-using block_list = std::vector<void*, line_allocator<void*>>;
+using block_list  = std::vector<void*, line_allocator<void*>>;
+using block_lists = std::array<block_list, front_cache::class_count>;
 
 }  // namespace
 
 struct alignas(64) front_cache::bucket {
-  // Everything below is guarded by `lock`; `key` is written under both `lock` and the registry
-  // mutex (only when an empty bucket is recycled for another stream).
-  bucket_lock lock;
+  // Guarded by `lock`. `key` and `bound` change under both `lock` and the registry lock (when a
+  // bucket is bound to a stream, or unbound for reuse).
+  spin_lock lock;
   stream_key key{};
+  bool bound{false};
   std::size_t cached{};  // bytes of blocks in `free`, at class size
   std::size_t blocks{};
   std::size_t credit{};  // bytes reserved from the global budget and not used by a block
+  std::size_t grant{};   // credit the next reservation asks for (doubles up to chunk_)
+  std::size_t parked_bytes{};
+  std::size_t parked_blocks{};
+  std::uint64_t parked_proof{};  // proof_ as read after the last park (see park)
+  std::uint64_t seen{};          // epoch of the last take or put
   std::uint64_t hits{};
   std::uint64_t misses{};
   std::uint64_t refused_cap{};
   std::uint64_t refused_uncacheable{};
-  std::array<block_list, class_count> free;  // LIFO per class: the warmest block first
+  std::uint64_t refused_not_recorded{};
+  std::uint64_t refused_wrong_size{};
+  std::uint64_t refused_double_free{};
+  block_lists free;    // LIFO per class: the warmest block first
+  block_lists parked;  // detached: waiting for a synchronization (free_parked)
 };
+
+// ---- the ownership record -------------------------------------------------------------------
+//
+// An open-addressing table of 64-bit slots: 0 is empty, anything else is a block's address
+// (256-byte aligned, as every CUDA pool allocation is) with its class index in bits 1-7 and bit
+// 0 set while the block is cached or parked. A pointer lives in one of the `probe` slots
+// starting at the first slot of its home cache line; a block that finds them all taken is not
+// recorded (and so never cached). Slots change by compare-and-swap, so records of different
+// blocks never interfere; the few blocks a thread recycles keep their lines in its core.
+
+namespace {
+
+constexpr std::uint64_t cached_bit   = 1;
+constexpr std::uint64_t class_shift  = 1;
+constexpr std::uint64_t class_mask   = 0x7f;
+constexpr std::uint64_t address_mask = ~std::uint64_t{0xff};
+constexpr std::size_t probe          = 16;  // two cache lines of 8 slots
+static_assert(front_cache::class_count <= class_mask + 1);
+
+std::uint64_t address_of(void const* p) noexcept { return reinterpret_cast<std::uintptr_t>(p); }
+
+std::size_t home_slot(std::uint64_t address, std::size_t mask) noexcept
+{
+  std::uint64_t const h = (address >> 8) * 0x9E3779B97F4A7C15ULL;
+  return static_cast<std::size_t>(h >> 20) & mask & ~std::size_t{7};
+}
+
+std::size_t class_of(std::uint64_t slot) noexcept { return (slot >> class_shift) & class_mask; }
+
+std::uint64_t slot_value(void const* p, std::size_t cls, bool cached) noexcept
+{
+  return address_of(p) | (std::uint64_t{cls} << class_shift) | (cached ? cached_bit : 0);
+}
+
+std::size_t record_size(std::size_t cap, std::size_t requested)
+{
+  std::size_t want = requested != 0 ? requested : std::clamp<std::size_t>(cap >> 10, 4096, 1 << 20);
+  want             = std::max<std::size_t>(want, 1024);
+  std::size_t n    = 1024;
+  while (n < want) { n <<= 1; }
+  return n;
+}
+
+}  // namespace
+
+std::atomic<std::uint64_t>* front_cache::find_slot(void const* ptr) const noexcept
+{
+  std::uint64_t const a = address_of(ptr);
+  if (a == 0 || (a & ~address_mask) != 0) { return nullptr; }
+  std::size_t const home = home_slot(a, slot_mask_);
+  for (std::size_t i = 0; i < probe; ++i) {
+    auto& slot = slots_[(home + i) & slot_mask_];
+    if ((slot.load(std::memory_order_acquire) & address_mask) == a) { return &slot; }
+  }
+  return nullptr;
+}
+
+bool front_cache::record(void* ptr, std::size_t bytes) noexcept
+{
+  std::uint64_t const a = address_of(ptr);
+  std::size_t const c   = class_size(bytes);
+  if (a == 0 || (a & ~address_mask) != 0 || c == 0) {
+    untracked_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  std::uint64_t const value = slot_value(ptr, class_index(bytes), false);
+  // The pool hands out an address only once until it is freed to the pool, and the record
+  // forgets a block before it goes back there; a slot still holding this address would be a
+  // stale record of an address the pool reused: it is replaced.
+  if (auto* stale = find_slot(ptr)) {
+    std::uint64_t v = stale->load(std::memory_order_acquire);
+    // A stale record of a cached block would mean the block went to the pool behind the
+    // cache's back; its bucket still lists it, so the new hand-out stays untracked instead.
+    if ((v & cached_bit) != 0 || !stale->compare_exchange_strong(v, value)) {
+      untracked_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    return true;
+  }
+  std::size_t const home = home_slot(a, slot_mask_);
+  for (std::size_t i = 0; i < probe; ++i) {
+    auto& slot             = slots_[(home + i) & slot_mask_];
+    std::uint64_t expected = 0;
+    if (slot.load(std::memory_order_relaxed) == 0 &&
+        slot.compare_exchange_strong(expected, value, std::memory_order_acq_rel)) {
+      recorded_.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+  }
+  untracked_.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+bool front_cache::forget(void* ptr) noexcept
+{
+  auto* slot = find_slot(ptr);
+  if (slot == nullptr) { return false; }
+  std::uint64_t v = slot->load(std::memory_order_acquire);
+  if ((v & cached_bit) != 0 || !slot->compare_exchange_strong(v, 0, std::memory_order_acq_rel)) {
+    return false;
+  }
+  recorded_.fetch_sub(1, std::memory_order_relaxed);
+  return true;
+}
+
+std::size_t front_cache::recorded_bytes(void const* ptr) const noexcept
+{
+  auto const* slot = find_slot(ptr);
+  return slot == nullptr ? 0 : class_bytes(class_of(slot->load(std::memory_order_acquire)));
+}
 
 // ---- the thread-local lookup ----------------------------------------------------------------
 
@@ -99,7 +226,7 @@ struct tls_entry {
   void* bucket;
 };
 
-constexpr unsigned tls_slots = 16;  // a thread meeting more (cache, stream) pairs pays a mutex
+constexpr unsigned tls_slots = 16;  // a thread meeting more (cache, stream) pairs pays a lock
 constexpr unsigned tls_ways  = 4;   // entries probed per lookup
 
 struct tls_table {
@@ -113,7 +240,7 @@ thread_local constinit tls_table t_lookup{};
 
 std::atomic<std::uint64_t> next_cache_id{1};  // 0 marks an empty tls_entry
 
-unsigned first_slot(std::uint64_t cache_id, stream_key key) noexcept
+unsigned first_tls_slot(std::uint64_t cache_id, stream_key key) noexcept
 {
   std::uint64_t const h = (key ^ (cache_id * 0x9E3779B97F4A7C15ULL)) * 0xBF58476D1CE4E5B9ULL;
   return static_cast<unsigned>(h >> 60);  // 16 slots
@@ -121,17 +248,18 @@ unsigned first_slot(std::uint64_t cache_id, stream_key key) noexcept
 
 void forget_entry(std::uint64_t cache_id, stream_key key) noexcept
 {
-  unsigned const s = first_slot(cache_id, key);
+  unsigned const s = first_tls_slot(cache_id, key);
   for (unsigned w = 0; w < tls_ways; ++w) {
     auto& e = t_lookup.entries[(s + w) % tls_slots];
     if (e.cache_id == cache_id && e.key == key) { e = tls_entry{}; }
   }
 }
 
-// Buckets beyond this count are recycled from empty ones before new ones are made, so a program
+// Beyond this many buckets an empty bound one is reused before a new one is made, so a program
 // that creates and destroys streams forever (stream ids are never reused) does not grow the
 // registry forever.
 constexpr std::size_t recycle_after = 64;
+constexpr std::size_t recycle_scan  = 64;  // buckets one lookup inspects for reuse
 
 constexpr auto class_table = [] {
   std::array<std::size_t, front_cache::class_count> t{};
@@ -150,7 +278,7 @@ std::size_t largest_class_at_most(std::size_t bytes) noexcept
 
 // ---- construction ---------------------------------------------------------------------------
 
-front_cache::front_cache(std::size_t cap_bytes, std::size_t max_block_bytes)
+front_cache::front_cache(std::size_t cap_bytes, std::size_t max_block_bytes, std::size_t record_slots)
   : cap_{cap_bytes}, id_{next_cache_id.fetch_add(1, std::memory_order_relaxed)}
 {
   if (cap_bytes == 0) {
@@ -169,11 +297,18 @@ front_cache::front_cache(std::size_t cap_bytes, std::size_t max_block_bytes)
                                 std::to_string(max_block_bytes) + " bytes is outside [256 B, " +
                                 "min(cap = " + std::to_string(cap_bytes) + " B, 64 MiB)]"};
   }
-  max_block_   = largest_class_at_most(max_block_bytes);
-  chunk_       = std::clamp(cap_bytes / 16, min_class_bytes, default_max_block);
-  keep_credit_ = 2 * chunk_;
+  if (record_slots > (std::size_t{1} << 30)) {
+    throw std::invalid_argument{"asyncmr: front cache record of " + std::to_string(record_slots) +
+                                " slots is above 2^30"};
+  }
+  max_block_ = largest_class_at_most(max_block_bytes);
+  chunk_     = std::clamp(cap_bytes / 16, min_class_bytes, default_max_block);
   available_.store(cap_bytes, std::memory_order_relaxed);
   charged_high_.store(0, std::memory_order_relaxed);
+  std::size_t const n = record_size(cap_bytes, record_slots);
+  slots_.reset(new std::atomic<std::uint64_t>[n]);
+  for (std::size_t i = 0; i < n; ++i) { slots_[i].store(0, std::memory_order_relaxed); }
+  slot_mask_ = n - 1;
 }
 
 front_cache::~front_cache() = default;
@@ -182,7 +317,7 @@ front_cache::~front_cache() = default;
 
 front_cache::bucket* front_cache::find(stream_key stream) noexcept
 {
-  unsigned const s = first_slot(id_, stream);
+  unsigned const s = first_tls_slot(id_, stream);
   for (unsigned w = 0; w < tls_ways; ++w) {
     auto const& e = t_lookup.entries[(s + w) % tls_slots];
     if (e.cache_id == id_ && e.key == stream) { return static_cast<bucket*>(e.bucket); }
@@ -190,44 +325,64 @@ front_cache::bucket* front_cache::find(stream_key stream) noexcept
   return find_slow(stream);
 }
 
+front_cache::bucket* front_cache::spare_or_new(stream_key stream) noexcept
+{
+  // Caller holds the registry lock. Lock order registry -> bucket holds everywhere; nobody waits
+  // for the registry while holding a bucket.
+  bucket* b = nullptr;
+  if (!spare_.empty()) {
+    b = spare_.back();
+    spare_.pop_back();
+  } else if (buckets_.size() >= recycle_after) {
+    for (std::size_t n = 0; n < recycle_scan && b == nullptr; ++n) {
+      bucket* const c = buckets_[recycle_cursor_++ % buckets_.size()].get();
+      lock_scope const g{c->lock};
+      if (c->bound && c->blocks == 0 && c->parked_blocks == 0) {
+        by_key_.erase(c->key);
+        available_.fetch_add(c->credit, std::memory_order_relaxed);
+        c->credit = 0;
+        c->bound  = false;
+        b         = c;
+      }
+    }
+  }
+  if (b == nullptr) {
+    try {
+      buckets_.reserve(buckets_.size() + 1);
+      spare_.reserve(buckets_.size() + 1);  // so unbinding a bucket never allocates
+      buckets_.push_back(std::make_unique<bucket>());
+    } catch (...) {
+      return nullptr;  // out of host memory: a miss / a refusal
+    }
+    b = buckets_.back().get();
+  }
+  lock_scope const g{b->lock};
+  b->key   = stream;
+  b->bound = true;
+  b->grant = 0;
+  b->seen  = epoch_.load(std::memory_order_relaxed);
+  return b;
+}
+
 front_cache::bucket* front_cache::find_slow(stream_key stream) noexcept
 {
   bucket* found = nullptr;
-  try {
-    std::lock_guard const registry{registry_mutex_};
+  {
+    lock_scope const registry{registry_lock_};
     if (auto const it = by_key_.find(stream); it != by_key_.end()) {
       found = it->second;
     } else {
-      by_key_.reserve(by_key_.size() + 1);  // the only throwing step before any change
-      if (buckets_.size() >= recycle_after) {
-        for (auto const& b : buckets_) {
-          // Lock order registry -> bucket holds everywhere; nobody waits for the registry while
-          // holding a bucket, so this cannot deadlock.
-          b->lock.lock();
-          if (b->blocks == 0) {
-            by_key_.erase(b->key);
-            available_.fetch_add(b->credit, std::memory_order_relaxed);
-            b->credit = 0;
-            b->key    = stream;
-            found     = b.get();
-          }
-          b->lock.unlock();
-          if (found != nullptr) { break; }
-        }
+      try {
+        by_key_.reserve(by_key_.size() + 1);  // the only throwing step before any change
+      } catch (...) {
+        return nullptr;
       }
-      if (found == nullptr) {
-        buckets_.reserve(buckets_.size() + 1);
-        auto fresh = std::make_unique<bucket>();
-        fresh->key = stream;
-        found      = fresh.get();
-        buckets_.push_back(std::move(fresh));
-      }
+      found = spare_or_new(stream);
+      if (found == nullptr) { return nullptr; }
       by_key_.emplace(stream, found);  // cannot throw: reserved above
     }
-  } catch (...) {
-    return nullptr;  // out of host memory: the caller treats it as a miss / a refusal
   }
-  unsigned const s = first_slot(id_, stream);
+  unsigned const s = first_tls_slot(id_, stream);
   auto& table      = t_lookup;
   auto& victim     = table.entries[(s + table.next_victim++ % tls_ways) % tls_slots];
   victim           = tls_entry{id_, stream, found};
@@ -236,17 +391,17 @@ front_cache::bucket* front_cache::find_slow(stream_key stream) noexcept
 
 namespace {
 
-// Finds and locks the bucket of `stream`, or nullptr (out of host memory). A thread-local
-// entry may point to a bucket since recycled for another stream: the key, checked under the
-// bucket's lock, tells.
-template <class Find>
-auto* lock_bucket(std::uint64_t cache_id, stream_key stream, Find&& find) noexcept
+// Finds and locks the bound bucket of `stream`, or nullptr (out of host memory). A
+// thread-local entry may point to a bucket since unbound or bound to another stream: the key,
+// checked under the bucket's lock, tells.
+template <class Bucket, class Find>
+Bucket* lock_bucket(std::uint64_t cache_id, stream_key stream, Find&& find) noexcept
 {
   for (;;) {
-    auto* b = find(stream);
+    Bucket* b = find(stream);
     if (b == nullptr) { return b; }
     b->lock.lock();
-    if (b->key == stream) { return b; }
+    if (b->bound && b->key == stream) { return b; }
     b->lock.unlock();
     forget_entry(cache_id, stream);
   }
@@ -259,13 +414,15 @@ auto* lock_bucket(std::uint64_t cache_id, stream_key stream, Find&& find) noexce
 bool front_cache::reserve(bucket& b, std::size_t need) noexcept
 {
   std::size_t const missing = need - b.credit;
+  std::size_t const want    = std::max(missing, b.grant);
   std::size_t cur           = available_.load(std::memory_order_relaxed);
   std::size_t got           = 0;
   do {
     if (cur < missing) { return false; }
-    got = std::min(cur, std::max(missing, chunk_));
+    got = std::min(cur, want);
   } while (!available_.compare_exchange_weak(cur, cur - got, std::memory_order_relaxed));
   b.credit += got;
+  b.grant = std::min(chunk_, std::max(2 * b.grant, min_class_bytes));
   std::size_t const charged = cap_ - (cur - got);
   std::size_t high          = charged_high_.load(std::memory_order_relaxed);
   while (high < charged &&
@@ -275,8 +432,9 @@ bool front_cache::reserve(bucket& b, std::size_t need) noexcept
 
 void front_cache::give_back_excess(bucket& b) noexcept
 {
-  if (b.credit > keep_credit_) {
-    std::size_t const excess = b.credit - chunk_;
+  std::size_t const keep = std::max(2 * b.grant, min_class_bytes);
+  if (b.credit > keep) {
+    std::size_t const excess = b.credit - b.grant;
     b.credit -= excess;
     available_.fetch_add(excess, std::memory_order_relaxed);
   }
@@ -284,18 +442,13 @@ void front_cache::give_back_excess(bucket& b) noexcept
 
 void front_cache::reclaim_idle_credit(bucket const* except) noexcept
 {
-  // Reached only when a put found the global budget empty: other streams may sit on credit
-  // they do not use (at most keep_credit_ each). try_lock: a busy bucket is in use anyway.
-  try {
-    std::lock_guard const registry{registry_mutex_};
-    for (auto const& b : buckets_) {
-      if (b.get() == except || !b->lock.try_lock()) { continue; }
-      available_.fetch_add(b->credit, std::memory_order_relaxed);
-      b->credit = 0;
-      b->lock.unlock();
-    }
-  } catch (...) {
-    // std::mutex::lock failed (system error): nothing reclaimed, the put is refused.
+  // try_lock: a busy bucket is in use anyway.
+  lock_scope const registry{registry_lock_};
+  for (auto const& b : buckets_) {
+    if (b.get() == except || !b->lock.try_lock()) { continue; }
+    available_.fetch_add(b->credit, std::memory_order_relaxed);
+    b->credit = 0;
+    b->lock.unlock();
   }
 }
 
@@ -304,8 +457,9 @@ void front_cache::reclaim_idle_credit(bucket const* except) noexcept
 void* front_cache::take(stream_key stream, std::size_t bytes) noexcept
 {
   auto const find_ = [this](stream_key k) { return find(k); };
-  bucket* const b  = lock_bucket(id_, stream, find_);
+  bucket* const b  = lock_bucket<bucket>(id_, stream, find_);
   if (b == nullptr) { return nullptr; }
+  b->seen = epoch_.load(std::memory_order_relaxed);
   if (bytes == 0 || bytes > max_block_) {
     ++b->misses;
     b->lock.unlock();
@@ -326,117 +480,311 @@ void* front_cache::take(stream_key stream, std::size_t bytes) noexcept
   b->credit += c;
   ++b->hits;
   give_back_excess(*b);
+  // Handed out again. Only this bucket holds the block, and its lock is held: a plain store.
+  if (auto* slot = find_slot(ptr)) {
+    slot->store(slot_value(ptr, idx, false), std::memory_order_release);
+  }
   b->lock.unlock();
   return ptr;
 }
 
-bool front_cache::put(stream_key stream, void* ptr, std::size_t bytes) noexcept
+put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes) noexcept
 {
-  auto const find_ = [this](stream_key k) { return find(k); };
-  bucket* b        = lock_bucket(id_, stream, find_);
-  if (b == nullptr) { return false; }
   if (ptr == nullptr || bytes == 0 || bytes > max_block_) {
-    ++b->refused_uncacheable;
-    b->lock.unlock();
-    return false;
+    // A recorded block freed with an uncacheable size: the record knows better.
+    std::size_t const rec = ptr == nullptr ? 0 : recorded_bytes(ptr);
+    if (auto* const b = lock_bucket<bucket>(id_, stream, [this](stream_key k) { return find(k); })) {
+      ++(rec != 0 ? b->refused_wrong_size : b->refused_uncacheable);
+      b->lock.unlock();
+    }
+    return {rec != 0 ? put_status::wrong_size : put_status::uncacheable, rec};
   }
   std::size_t const idx = class_index(bytes);
   std::size_t const c   = class_table[idx];
+  auto* const slot      = find_slot(ptr);
+  std::uint64_t const v = slot != nullptr ? slot->load(std::memory_order_acquire) : 0;
+  auto const find_      = [this](stream_key k) { return find(k); };
+  bucket* b             = lock_bucket<bucket>(id_, stream, find_);
+  if (b == nullptr) {
+    // No bucket (no host memory): the block goes to the pool, so its record goes too.
+    if (slot != nullptr && (v & cached_bit) == 0 && class_of(v) == idx && forget(ptr)) {
+      return {put_status::refused, c};
+    }
+    return {slot == nullptr ? put_status::not_recorded : put_status::already_cached, 0};
+  }
+  b->seen = epoch_.load(std::memory_order_relaxed);
+  if (slot == nullptr) {
+    ++b->refused_not_recorded;
+    b->lock.unlock();
+    return {put_status::not_recorded, 0};
+  }
+  std::size_t const rec = class_table[class_of(v)];
+  if ((v & cached_bit) != 0) {
+    ++b->refused_double_free;
+    b->lock.unlock();
+    return {put_status::already_cached, rec};
+  }
+  if (class_of(v) != idx) {
+    ++b->refused_wrong_size;
+    b->lock.unlock();
+    return {put_status::wrong_size, rec};
+  }
+  auto const refuse = [&]() noexcept -> put_result {
+    ++b->refused_cap;
+    b->lock.unlock();
+    refused_since_hint_.fetch_add(1, std::memory_order_relaxed);
+    // Back to the pool: the record forgets it first. A concurrent second free that cached it
+    // meanwhile wins; then the caller must not free it.
+    std::uint64_t expected = v;
+    if (slot->compare_exchange_strong(expected, 0, std::memory_order_acq_rel)) {
+      recorded_.fetch_sub(1, std::memory_order_relaxed);
+      return {put_status::refused, rec};
+    }
+    return {put_status::already_cached, rec};
+  };
   if (b->credit < c && !reserve(*b, c)) {
-    // Never wait for the registry while holding a bucket (drain and recycling lock the other
-    // way round).
+    // Idle credit of other buckets is looked for once every few refusals, not on each (a scan
+    // of every bucket). Never wait for the registry while holding a bucket.
+    if (refusals_.fetch_add(1, std::memory_order_relaxed) % pressure_window != 0) {
+      return refuse();
+    }
     b->lock.unlock();
     reclaim_idle_credit(b);
-    b = lock_bucket(id_, stream, find_);
-    if (b == nullptr) { return false; }
-    if (b->credit < c && !reserve(*b, c)) {
-      ++b->refused_cap;
-      b->lock.unlock();
-      return false;
-    }
+    b = lock_bucket<bucket>(id_, stream, find_);
+    if (b == nullptr) { return {forget(ptr) ? put_status::refused : put_status::already_cached, rec}; }
+    if (b->credit < c && !reserve(*b, c)) { return refuse(); }
   }
   try {
     b->free[idx].push_back(ptr);
   } catch (...) {
-    ++b->refused_cap;  // no host memory for the list: as good as full
+    return refuse();  // no host memory for the list: as good as full
+  }
+  std::uint64_t expected = v;
+  if (!slot->compare_exchange_strong(expected, v | cached_bit, std::memory_order_acq_rel)) {
+    // Another thread freed the same block at the same time (a double free) and won.
+    b->free[idx].pop_back();
+    ++b->refused_double_free;
     b->lock.unlock();
-    return false;
+    return {put_status::already_cached, rec};
   }
   b->credit -= c;
   b->cached += c;
   ++b->blocks;
   b->lock.unlock();
-  return true;
+  return {put_status::cached, c};
 }
 
-// ---- drain and statistics -------------------------------------------------------------------
-
-void front_cache::drain_impl(bool one, stream_key stream, drain_fn f, void* ctx)
+bool front_cache::note_pressure() noexcept
 {
-  std::vector<bucket*> list;
-  {
-    std::lock_guard const registry{registry_mutex_};
-    if (one) {
-      if (auto const it = by_key_.find(stream); it != by_key_.end()) {
-        list.push_back(it->second);
-      }
-    } else {
-      list.reserve(buckets_.size());
-      for (auto const& b : buckets_) { list.push_back(b.get()); }
-    }
-  }
-  // Nothing below throws: a drain either happens per bucket in full or not at all.
-  std::array<block_list, class_count> taken;
-  for (bucket* const b : list) {
-    b->lock.lock();
-    if (one && b->key != stream) {  // recycled since the registry said so: nothing of ours
-      b->lock.unlock();
-      continue;
-    }
-    stream_key const key = b->key;
-    for (std::size_t i = 0; i < class_count; ++i) { taken[i].swap(b->free[i]); }
-    available_.fetch_add(b->cached + b->credit, std::memory_order_relaxed);
-    b->cached = 0;
-    b->blocks = 0;
-    b->credit = 0;
-    b->lock.unlock();
-    // Outside the lock: f may call CUDA (a free) and may even put into this cache.
-    for (std::size_t i = 0; i < class_count; ++i) {
-      for (void* const p : taken[i]) { f(ctx, key, p, class_bytes(i)); }
-      taken[i].clear();
-    }
-  }
+  std::uint64_t n = refused_since_hint_.load(std::memory_order_relaxed);
+  return n >= pressure_window &&
+         refused_since_hint_.compare_exchange_strong(n, 0, std::memory_order_relaxed);
 }
 
-std::size_t front_cache::bytes() const
+// ---- leaving for the pool -------------------------------------------------------------------
+
+std::size_t front_cache::park(bucket& b) noexcept
+{
+  // Caller holds b.lock.
+  std::size_t const moved = b.blocks;
+  if (moved == 0) { return 0; }
+  if (b.parked_blocks == 0) {
+    b.free.swap(b.parked);  // no allocation: the lists trade their buffers
+    b.parked_bytes  = b.cached;
+    b.parked_blocks = b.blocks;
+    b.cached        = 0;
+    b.blocks        = 0;
+  } else {
+    // Parked blocks wait for an older proof: append, as far as host memory allows (what cannot
+    // be moved stays cached, which is always safe).
+    for (std::size_t i = 0; i < class_count; ++i) {
+      auto& from = b.free[i];
+      while (!from.empty()) {
+        try {
+          b.parked[i].push_back(from.back());
+        } catch (...) {
+          break;
+        }
+        from.pop_back();
+        b.cached -= class_table[i];
+        --b.blocks;
+        b.parked_bytes += class_table[i];
+        ++b.parked_blocks;
+      }
+    }
+  }
+  // Read after the move (sequentially consistent with begin_proof's increment): a proof taken
+  // after this read covers these blocks; one taken before does not (see free_parked_impl).
+  b.parked_proof = proof_.load(std::memory_order_seq_cst);
+  return moved - b.blocks;
+}
+
+std::size_t front_cache::detach_all() noexcept
+{
+  std::size_t moved = 0;
+  lock_scope const registry{registry_lock_};
+  for (auto const& b : buckets_) {
+    lock_scope const g{b->lock};
+    moved += park(*b);
+    available_.fetch_add(b->credit, std::memory_order_relaxed);  // an emptied cache holds none
+    b->credit = 0;
+    b->grant  = 0;
+  }
+  return moved;
+}
+
+std::size_t front_cache::detach_stale() noexcept
+{
+  std::size_t moved = 0;
+  lock_scope const registry{registry_lock_};
+  std::uint64_t const epoch = epoch_.load(std::memory_order_relaxed);
+  for (auto const& b : buckets_) {
+    lock_scope const g{b->lock};
+    if (!b->bound || b->seen >= epoch) { continue; }  // used during this epoch
+    moved += park(*b);
+    available_.fetch_add(b->credit, std::memory_order_relaxed);
+    b->credit = 0;
+    b->grant  = 0;
+    if (b->blocks == 0 && b->parked_blocks == 0) {
+      by_key_.erase(b->key);
+      b->bound = false;
+      spare_.push_back(b.get());  // capacity reserved when the bucket was made
+    }
+  }
+  epoch_.store(epoch + 1, std::memory_order_relaxed);
+  if (moved != 0) {
+    reclaims_.fetch_add(1, std::memory_order_relaxed);
+    reclaimed_blocks_.fetch_add(moved, std::memory_order_relaxed);
+  }
+  return moved;
+}
+
+std::uint64_t front_cache::begin_proof() noexcept
+{
+  // Blocks parked with parked_proof <= the value returned were parked before this increment in
+  // the single order of sequentially consistent operations; a synchronization the caller
+  // starts afterwards waits for all the work their streams had queued before their free.
+  return proof_.fetch_add(1, std::memory_order_seq_cst);
+}
+
+std::size_t front_cache::free_parked_impl(bool one,
+                                          std::uint64_t proven,
+                                          stream_key stream,
+                                          drain_fn f,
+                                          void* ctx) noexcept
+{
+  // One bucket at a time: its lists are swapped out under the locks, then `f` runs with no lock
+  // held (it calls CUDA, and may even use this cache). Indices stay valid: buckets_ only grows.
+  std::size_t freed = 0;
+  block_lists taken;  // empty vectors: constructing them allocates nothing
+  for (std::size_t i = 0;; ++i) {
+    stream_key key = 0;
+    {
+      lock_scope const registry{registry_lock_};
+      if (one) {
+        if (i != 0) { break; }
+        auto const it = by_key_.find(stream);
+        if (it == by_key_.end()) { break; }
+        bucket& b = *it->second;
+        lock_scope const g{b.lock};
+        taken.swap(b.free);
+        available_.fetch_add(b.cached + b.credit, std::memory_order_relaxed);
+        b.cached = 0;
+        b.blocks = 0;
+        b.credit = 0;
+        key      = b.key;
+      } else {
+        if (i >= buckets_.size()) { break; }
+        bucket& b = *buckets_[i];
+        lock_scope const g{b.lock};
+        if (b.parked_blocks == 0 || b.parked_proof > proven) { continue; }
+        taken.swap(b.parked);
+        available_.fetch_add(b.parked_bytes, std::memory_order_relaxed);
+        b.parked_bytes  = 0;
+        b.parked_blocks = 0;
+        key             = b.key;
+      }
+    }
+    for (std::size_t c = 0; c < class_count; ++c) {
+      for (void* const p : taken[c]) {
+        // The record forgets the block before the pool can hand its address out again.
+        if (auto* slot = find_slot(p)) {
+          slot->store(0, std::memory_order_release);
+          recorded_.fetch_sub(1, std::memory_order_relaxed);
+        }
+        f(ctx, key, p, class_table[c]);
+        ++freed;
+      }
+      taken[c].clear();
+    }
+    if (!one) {
+      // A bucket a stale reclaim emptied belongs to a stream idle since before that reclaim:
+      // free it for another stream now rather than at the next reclaim.
+      lock_scope const registry{registry_lock_};
+      bucket& b = *buckets_[i];
+      lock_scope const g{b.lock};
+      if (b.bound && b.blocks == 0 && b.parked_blocks == 0 &&
+          b.seen + 1 < epoch_.load(std::memory_order_relaxed)) {
+        by_key_.erase(b.key);
+        available_.fetch_add(b.credit, std::memory_order_relaxed);
+        b.credit = 0;
+        b.bound  = false;
+        spare_.push_back(&b);  // capacity reserved when the bucket was made
+      }
+    }
+  }
+  return freed;
+}
+
+// ---- statistics -----------------------------------------------------------------------------
+
+std::size_t front_cache::bytes() const noexcept
 {
   std::size_t total = 0;
-  std::lock_guard const registry{registry_mutex_};
+  lock_scope const registry{registry_lock_};
   for (auto const& b : buckets_) {
-    b->lock.lock();
+    lock_scope const g{b->lock};
     total += b->cached;
-    b->lock.unlock();
   }
   return total;
 }
 
-front_cache_stats front_cache::stats() const
+std::size_t front_cache::held_blocks() const noexcept
+{
+  std::size_t total = 0;
+  lock_scope const registry{registry_lock_};
+  for (auto const& b : buckets_) {
+    lock_scope const g{b->lock};
+    total += b->blocks + b->parked_blocks;
+  }
+  return total;
+}
+
+front_cache_stats front_cache::stats() const noexcept
 {
   front_cache_stats s{};
-  std::lock_guard const registry{registry_mutex_};
+  lock_scope const registry{registry_lock_};
   for (auto const& b : buckets_) {
-    b->lock.lock();
+    lock_scope const g{b->lock};
     s.hits += b->hits;
     s.misses += b->misses;
     s.refused_cap += b->refused_cap;
     s.refused_uncacheable += b->refused_uncacheable;
+    s.refused_not_recorded += b->refused_not_recorded;
+    s.refused_wrong_size += b->refused_wrong_size;
+    s.refused_double_free += b->refused_double_free;
     s.cached_bytes += b->cached;
     s.cached_blocks += b->blocks;
-    b->lock.unlock();
+    s.parked_bytes += b->parked_bytes;
+    s.parked_blocks += b->parked_blocks;
   }
-  s.charged_bytes = cap_ - available_.load(std::memory_order_relaxed);
-  s.charged_high  = std::max(s.charged_bytes, charged_high_.load(std::memory_order_relaxed));
-  s.streams       = by_key_.size();
+  s.untracked        = untracked_.load(std::memory_order_relaxed);
+  s.reclaims         = reclaims_.load(std::memory_order_relaxed);
+  s.reclaimed_blocks = reclaimed_blocks_.load(std::memory_order_relaxed);
+  s.recorded_blocks  = recorded_.load(std::memory_order_relaxed);
+  s.charged_bytes    = cap_ - available_.load(std::memory_order_relaxed);
+  s.charged_high     = std::max(s.charged_bytes, charged_high_.load(std::memory_order_relaxed));
+  s.streams          = by_key_.size();
   return s;
 }
 
@@ -450,23 +798,37 @@ std::size_t front_cache::check_invariants() const
 {
   // Every change of the budget happens under some bucket's lock, so with all of them held the
   // snapshot is exact.
-  std::lock_guard const registry{registry_mutex_};
+  lock_scope const registry{registry_lock_};
   for (auto const& b : buckets_) { b->lock.lock(); }
   std::size_t cached = 0;
   std::size_t held   = 0;
   std::string error;
   for (auto const& b : buckets_) {
-    std::size_t bytes  = 0;
-    std::size_t blocks = 0;
+    std::size_t bytes = 0, blocks = 0, pbytes = 0, pblocks = 0;
     for (std::size_t i = 0; i < class_count; ++i) {
       bytes += b->free[i].size() * class_bytes(i);
       blocks += b->free[i].size();
+      pbytes += b->parked[i].size() * class_bytes(i);
+      pblocks += b->parked[i].size();
+      for (auto const* lists : {&b->free, &b->parked}) {
+        for (void* const p : (*lists)[i]) {
+          auto const* slot = find_slot(p);
+          std::uint64_t const v = slot != nullptr ? slot->load() : 0;
+          if (slot == nullptr || (v & cached_bit) == 0 || class_of(v) != i) {
+            error = "a cached or parked block is not recorded as such at its class";
+          }
+        }
+      }
     }
-    if (bytes != b->cached || blocks != b->blocks) {
+    if (bytes != b->cached || blocks != b->blocks || pbytes != b->parked_bytes ||
+        pblocks != b->parked_blocks) {
       error = "a bucket's byte or block count disagrees with its lists";
     }
+    if (!b->bound && (blocks != 0 || pblocks != 0 || b->credit != 0)) {
+      error = "an unbound bucket holds blocks or credit";
+    }
     cached += b->cached;
-    held += b->cached + b->credit;
+    held += b->cached + b->parked_bytes + b->credit;
   }
   std::size_t const available = available_.load(std::memory_order_relaxed);
   for (auto const& b : buckets_) { b->lock.unlock(); }

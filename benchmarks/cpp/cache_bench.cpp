@@ -240,14 +240,16 @@ call_rounds measure_calls(cudaStream_t stream, params const& p)
   auto get_id       = [stream](int calls) { get_id_calls(stream, calls); };
   // The bare cache (no CUDA): a fake block under one key, so every take hits.
   asyncmr::detail::front_cache cache{p.cache};
-  std::byte block{};
-  if (!cache.put(1, &block, p.thread_bytes)) {
+  void* const block = reinterpret_cast<void*>(std::uintptr_t{0x100000000});  // never dereferenced
+  if (!cache.record(block, p.thread_bytes) ||
+      cache.put(1, block, p.thread_bytes).status != asyncmr::detail::put_status::cached) {
     throw std::runtime_error{"front_cache put refused"};
   }
   auto take_put = [&](int pairs) {
     for (int i = 0; i < pairs; ++i) {
       void* const b = cache.take(1, p.thread_bytes);
-      if (b == nullptr || !cache.put(1, b, p.thread_bytes)) {
+      if (b == nullptr ||
+          cache.put(1, b, p.thread_bytes).status != asyncmr::detail::put_status::cached) {
         throw std::runtime_error{"front_cache take+put missed"};
       }
     }
@@ -269,7 +271,7 @@ call_rounds measure_calls(cudaStream_t stream, params const& p)
   for (int r = 0; r < p.rounds; ++r) {
     for (int i = 0; i < 3; ++i) { ways[(r + i) % 3](); }
   }
-  cache.drain([](asyncmr::detail::stream_key, void*, std::size_t) noexcept {});  // a fake block
+  cache.detach_all();  // a fake block: parked, never freed
   return out;
 }
 

@@ -67,16 +67,18 @@ long hit_pairs(front_cache& cache, stream_key key, std::size_t bytes, long pairs
   long missed = 0;
   for (long i = 0; i < pairs; ++i) {
     void* const p = cache.take(key, bytes);
-    if (p == nullptr || !cache.put(key, p, bytes)) { ++missed; }
+    if (p == nullptr || cache.put(key, p, bytes).status != asyncmr::detail::put_status::cached) { ++missed; }
   }
   return missed;
 }
 
-/// Puts one block per thread key so every take that follows hits.
-void prime(front_cache& cache, std::vector<std::byte>& arena, stream_key key, std::size_t bytes)
+/// Puts one block per thread key so every take that follows hits (a fake 256-byte-aligned
+/// address the cache records as handed out; it is never dereferenced).
+void prime(front_cache& cache, std::size_t index, stream_key key, std::size_t bytes)
 {
-  arena.emplace_back();
-  if (!cache.put(key, &arena.back(), bytes)) {
+  void* const block =
+    reinterpret_cast<void*>(std::uintptr_t{0x100000000} + std::uintptr_t{index} * 1048576);
+  if (!cache.record(block, bytes) || cache.put(key, block, bytes).status != asyncmr::detail::put_status::cached) {
     std::fprintf(stderr, "front_cache_bench: priming put refused\n");
     std::exit(1);
   }
@@ -170,9 +172,7 @@ int main(int argc, char** argv)
   unsigned const cores = std::thread::hardware_concurrency();
   constexpr std::size_t cap = std::size_t{256} << 20;  // far above what the bench caches
   long missed               = 0;
-  // Stable addresses: the arena never reallocates (reserved for every primed block).
-  std::vector<std::byte> arena;
-  arena.reserve(4096);
+  std::size_t primed = 0;  // fake block addresses handed out so far
 
   std::ostringstream single;
   std::ostringstream threads;
@@ -186,14 +186,14 @@ int main(int argc, char** argv)
       return 2;
     }
     // Keys: 1 for the one-thread runs, 100+t for own streams, 0 shared.
-    prime(cache, arena, 1, bytes);
+    prime(cache, primed++, 1, bytes);
     std::vector<stream_key> own;
     std::vector<stream_key> shared;
     for (int t = 0; t < p.threads; ++t) {
       own.push_back(100 + static_cast<stream_key>(t));
       shared.push_back(0);
-      prime(cache, arena, own.back(), bytes);
-      prime(cache, arena, 0, bytes);  // one block per sharer: each take finds one
+      prime(cache, primed++, own.back(), bytes);
+      prime(cache, primed++, 0, bytes);  // one block per sharer: each take finds one
     }
     hit_pairs(cache, 1, bytes, p.pairs / 4);  // warm-up
 

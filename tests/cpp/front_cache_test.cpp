@@ -3,7 +3,11 @@
  */
 
 // The per-stream front cache (detail/front_cache.hpp) on the CPU: no CUDA, blocks are fake
-// pointers into a host arena (the cache never touches the memory behind a pointer).
+// 256-byte-aligned addresses (the cache never touches the memory behind a pointer). Ends with a
+// randomized model-based stress test: threads on streams that come and go allocate, free, free
+// twice, free foreign and graph-owned pointers and wrong sizes, while another thread releases
+// and reclaims; a shadow model of every block catches an address handed out twice, to the wrong
+// stream or class, or freed to the pool while a user holds it or after the release's proof.
 
 #include <asyncmr/detail/front_cache.hpp>
 
@@ -19,6 +23,7 @@
 #include <new>
 #include <random>
 #include <set>
+#include <shared_mutex>
 #include <stdexcept>
 #include <thread>
 #include <tuple>
@@ -30,32 +35,35 @@ namespace {
 constexpr std::size_t KiB = 1024;
 constexpr std::size_t MiB = 1024 * KiB;
 
-/// Distinct fake block addresses; nothing is ever read or written through them.
-class arena {
- public:
-  explicit arena(std::size_t n) : bytes_{std::make_unique<std::byte[]>(n)}, n_{n} {}
-  [[nodiscard]] void* at(std::size_t i) const { return bytes_.get() + i; }
-  [[nodiscard]] std::size_t index(void* p) const
-  {
-    return static_cast<std::size_t>(static_cast<std::byte*>(p) - bytes_.get());
-  }
-  [[nodiscard]] bool holds(void* p) const
-  {
-    auto const* b = static_cast<std::byte*>(p);
-    return b >= bytes_.get() && b < bytes_.get() + n_;
-  }
+/// The i-th fake block address: distinct, 4 KiB apart, never dereferenced.
+void* fake(std::size_t i)
+{
+  return reinterpret_cast<void*>(std::uintptr_t{0x100000000} + std::uintptr_t{i} * 4096);
+}
 
- private:
-  std::unique_ptr<std::byte[]> bytes_;
-  std::size_t n_;
-};
+/// A block as the owner makes it on a miss: allocated at the class size, then recorded.
+void* handed(front_cache& cache, std::size_t i, std::size_t bytes)
+{
+  void* const p = fake(i);
+  EXPECT_TRUE(cache.record(p, bytes)) << "block " << i;
+  return p;
+}
+
+bool cached(front_cache& cache, stream_key k, void* p, std::size_t bytes)
+{
+  return cache.put(k, p, bytes).status == put_status::cached;
+}
 
 using block = std::tuple<stream_key, void*, std::size_t>;
 
-std::multiset<block> drain_all(front_cache& cache)
+/// A release as the owner makes it (with the device synchronization left out).
+std::multiset<block> release_all(front_cache& cache)
 {
+  cache.detach_all();
+  std::uint64_t const proven = cache.begin_proof();
   std::multiset<block> out;
-  cache.drain([&](stream_key k, void* p, std::size_t n) noexcept { out.emplace(k, p, n); });
+  cache.free_parked(proven,
+                    [&](stream_key k, void* p, std::size_t n) noexcept { out.emplace(k, p, n); });
   return out;
 }
 
@@ -78,34 +86,22 @@ TEST(FrontCacheClasses, EachRequestGetsTheSmallestClassAtOrAboveIt)
     std::size_t const c = front_cache::class_bytes(i);
     ASSERT_LT(i, front_cache::class_count) << b;
     ASSERT_GE(c, b) << b;
-    ASSERT_EQ(front_cache::round_to_class(b), c) << b;
-    if (i > 0) { ASSERT_LT(front_cache::class_bytes(i - 1), b) << "not the smallest for " << b; }
+    if (i > 0) { ASSERT_LT(front_cache::class_bytes(i - 1), b) << b; }
   };
-  for (std::size_t b = 1; b <= 1 * MiB; ++b) { check(b); }
-  for (std::size_t i = 0; i < front_cache::class_count; ++i) {
-    std::size_t const c = front_cache::class_bytes(i);
-    check(c);
-    check(c - 1);
-    if (i + 1 < front_cache::class_count) { check(c + 1); }
-    EXPECT_EQ(front_cache::class_index(c), i) << "a class maps to itself";
+  for (std::size_t b = 1; b <= 70000; ++b) { check(b); }
+  for (std::size_t e = 17; e <= 26; ++e) {
+    for (std::size_t b : {(std::size_t{1} << e) - 1, std::size_t{1} << e, (std::size_t{1} << e) + 1}) {
+      if (b <= front_cache::max_block_limit) { check(b); }
+    }
   }
 }
 
 TEST(FrontCacheClasses, WasteIsBelowAQuarterOfTheRequest)
 {
-  std::size_t worst_num = 0;
-  std::size_t worst_den = 1;
-  for (std::size_t b = front_cache::min_class_bytes; b <= 4 * MiB; b += (b < 64 * KiB ? 1 : 97)) {
-    std::size_t const waste = front_cache::round_to_class(b) - b;
-    ASSERT_LT(4 * waste, b) << "request " << b;
-    if (waste * worst_den > worst_num * b) {
-      worst_num = waste;
-      worst_den = b;
-    }
+  for (std::size_t b = 257; b <= 1 * MiB; b += 97) {
+    std::size_t const c = front_cache::round_to_class(b);
+    EXPECT_LT(c - b, b / 4 + 1) << b;
   }
-  // The bound is tight: 257 bytes -> 320 wastes 63 (24.5%).
-  EXPECT_EQ(front_cache::round_to_class(257), 320U);
-  EXPECT_GT(static_cast<double>(worst_num) / static_cast<double>(worst_den), 0.24);
 }
 
 TEST(FrontCacheClasses, ClassSizeIsZeroForZeroBytesAndAboveMaxBlock)
@@ -127,7 +123,7 @@ TEST(FrontCacheClasses, MaxBlockFollowsTheCap)
   EXPECT_EQ((front_cache{1 * MiB, 1 * MiB}.max_block()), 1 * MiB);
 }
 
-TEST(FrontCache, ConstructorRefusesBadCapsAndMaxBlocks)
+TEST(FrontCache, ConstructorRefusesBadCapsMaxBlocksAndRecords)
 {
   EXPECT_THROW(front_cache{0}, std::invalid_argument) << "0 = no cache: construct none";
   EXPECT_THROW(front_cache{255}, std::invalid_argument);
@@ -135,46 +131,153 @@ TEST(FrontCache, ConstructorRefusesBadCapsAndMaxBlocks)
   EXPECT_THROW((front_cache{1 * MiB, 2 * MiB}), std::invalid_argument) << "above the cap";
   EXPECT_THROW((front_cache{1024 * MiB, 128 * MiB}), std::invalid_argument) << "above 64 MiB";
   EXPECT_THROW((front_cache{1 * MiB, 100}), std::invalid_argument) << "below 256 B";
+  EXPECT_THROW((front_cache{1 * MiB, 0, (std::size_t{1} << 30) + 1}), std::invalid_argument);
   EXPECT_NO_THROW(front_cache{256});
+  EXPECT_EQ((front_cache{1 * MiB, 0, 3000}.record_slots()), 4096U) << "a power of two";
+  EXPECT_EQ(front_cache{64 * MiB}.record_slots(), 65536U) << "one slot per KiB of cap";
+}
+
+// ---- the ownership record --------------------------------------------------------------------
+
+TEST(FrontCacheRecord, OnlyABlockTheCacheHandedOutIsTakenBack)
+{
+  front_cache cache{1 * MiB};
+  void* const ours    = handed(cache, 0, 4 * KiB);
+  void* const foreign = fake(1);  // another pool's block, a graph's allocation: never recorded
+  auto const r        = cache.put(1, foreign, 4 * KiB);
+  EXPECT_EQ(r.status, put_status::not_recorded);
+  EXPECT_EQ(r.recorded_bytes, 0U);
+  EXPECT_EQ(cache.take(1, 4 * KiB), nullptr) << "the foreign block must never be handed out";
+  EXPECT_TRUE(cached(cache, 1, ours, 4 * KiB));
+  EXPECT_EQ(cache.take(1, 4 * KiB), ours);
+  auto const s = cache.stats();
+  EXPECT_EQ(s.refused_not_recorded, 1U);
+  EXPECT_EQ(s.recorded_blocks, 1U);
+}
+
+TEST(FrontCacheRecord, AGraphAddressFreedAgainAndAgainNeverEntersTheCache)
+{
+  front_cache cache{1 * MiB};
+  void* const graph = fake(7);  // allocated inside a capture: not recorded; comes back each launch
+  for (int launch = 0; launch < 5; ++launch) {
+    EXPECT_EQ(cache.put(3, graph, 1 * KiB).status, put_status::not_recorded) << launch;
+  }
+  EXPECT_EQ(cache.take(3, 1 * KiB), nullptr);
+  EXPECT_EQ(cache.stats().cached_blocks, 0U);
+}
+
+TEST(FrontCacheRecord, AWrongSizeIsRefusedAndChangesNothing)
+{
+  front_cache cache{1 * MiB};
+  void* const p = handed(cache, 0, 256);
+  auto const r  = cache.put(1, p, 64 * KiB);  // a 256-byte block freed as 64 KiB
+  EXPECT_EQ(r.status, put_status::wrong_size);
+  EXPECT_EQ(r.recorded_bytes, 256U);
+  EXPECT_EQ(cache.take(1, 64 * KiB), nullptr) << "a 256-byte block must not serve 64 KiB";
+  EXPECT_EQ(cache.put(1, p, 0).status, put_status::wrong_size);
+  EXPECT_EQ(cache.put(1, p, 1 * MiB).status, put_status::wrong_size) << "uncacheable size";
+  EXPECT_EQ(cache.put(1, p, 200).status, put_status::cached) << "200 bytes is the 256 class";
+  EXPECT_EQ(cache.stats().refused_wrong_size, 3U);
+}
+
+TEST(FrontCacheRecord, ASecondFreeOfACachedBlockIsRefused)
+{
+  front_cache cache{1 * MiB};
+  void* const p = handed(cache, 0, 4 * KiB);
+  ASSERT_TRUE(cached(cache, 1, p, 4 * KiB));
+  EXPECT_EQ(cache.put(1, p, 4 * KiB).status, put_status::already_cached);
+  EXPECT_EQ(cache.put(2, p, 4 * KiB).status, put_status::already_cached) << "on another stream";
+  EXPECT_EQ(cache.take(1, 4 * KiB), p);
+  EXPECT_EQ(cache.take(1, 4 * KiB), nullptr) << "it was cached once";
+  EXPECT_EQ(cache.stats().refused_double_free, 2U);
+}
+
+TEST(FrontCacheRecord, ARefusedPutForgetsTheBlock)
+{
+  front_cache cache{4 * KiB, 4 * KiB};
+  void* const a = handed(cache, 0, 4 * KiB);
+  void* const b = handed(cache, 1, 4 * KiB);
+  ASSERT_TRUE(cached(cache, 1, a, 4 * KiB));
+  auto const r = cache.put(1, b, 4 * KiB);
+  EXPECT_EQ(r.status, put_status::refused) << "the cap is full";
+  EXPECT_EQ(cache.recorded_bytes(b), 0U) << "b goes back to the pool, its record with it";
+  EXPECT_EQ(cache.put(1, b, 4 * KiB).status, put_status::not_recorded);
+}
+
+TEST(FrontCacheRecord, ForgetDropsAHandedOutBlockOnly)
+{
+  front_cache cache{1 * MiB};
+  void* const p = handed(cache, 0, 4 * KiB);
+  void* const q = handed(cache, 1, 4 * KiB);
+  ASSERT_TRUE(cached(cache, 1, q, 4 * KiB));
+  EXPECT_TRUE(cache.forget(p));
+  EXPECT_FALSE(cache.forget(p));
+  EXPECT_FALSE(cache.forget(q)) << "a cached block is the cache's: not forgotten";
+  EXPECT_EQ(cache.put(1, p, 4 * KiB).status, put_status::not_recorded);
+}
+
+TEST(FrontCacheRecord, MisalignedAndUncacheableBlocksAreNotRecorded)
+{
+  front_cache cache{1 * MiB};
+  void* const odd = static_cast<char*>(fake(0)) + 16;
+  EXPECT_FALSE(cache.record(odd, 4 * KiB));
+  EXPECT_FALSE(cache.record(nullptr, 4 * KiB));
+  EXPECT_FALSE(cache.record(fake(1), 1 * MiB)) << "above max_block";
+  EXPECT_EQ(cache.stats().untracked, 3U);
+  EXPECT_EQ(cache.put(1, odd, 4 * KiB).status, put_status::not_recorded);
+}
+
+TEST(FrontCacheRecord, AFullRecordLeavesNewBlocksUntrackedNeverWrong)
+{
+  front_cache cache{64 * MiB, 0, 1024};  // the smallest record
+  std::size_t tracked = 0;
+  for (std::size_t i = 0; i < 4096; ++i) { tracked += cache.record(fake(i), 256) ? 1 : 0; }
+  EXPECT_LE(tracked, 1024U);
+  EXPECT_GT(tracked, 512U) << "probing should fill most of the table";
+  EXPECT_EQ(cache.stats().untracked, 4096U - tracked);
+  std::size_t accepted = 0;
+  for (std::size_t i = 0; i < 4096; ++i) {
+    auto const r = cache.put(1, fake(i), 256);
+    ASSERT_TRUE(r.status == put_status::cached || r.status == put_status::not_recorded);
+    accepted += r.status == put_status::cached ? 1 : 0;
+  }
+  EXPECT_EQ(accepted, tracked) << "exactly the recorded blocks are cached";
+  EXPECT_EQ(cache.check_invariants(), tracked * 256);
+}
+
+TEST(FrontCacheRecord, AnAddressThePoolReusesIsRecordedAfresh)
+{
+  front_cache cache{1 * MiB};
+  void* const p = handed(cache, 0, 256);
+  ASSERT_TRUE(cached(cache, 1, p, 256));
+  EXPECT_EQ(release_all(cache).size(), 1U);  // back to the pool: the record forgets it
+  EXPECT_EQ(cache.recorded_bytes(p), 0U);
+  ASSERT_TRUE(cache.record(p, 64 * KiB));  // the pool hands the address out again, larger
+  EXPECT_EQ(cache.recorded_bytes(p), 64 * KiB);
+  EXPECT_EQ(cache.put(1, p, 256).status, put_status::wrong_size);
+  EXPECT_TRUE(cached(cache, 1, p, 64 * KiB));
 }
 
 // ---- reuse and isolation ---------------------------------------------------------------------
 
-TEST(FrontCache, ABlockPutForAStreamIsTakenByThatStream)
+TEST(FrontCache, ABlockPutForAStreamIsTakenByThatStreamOnly)
 {
-  arena const a{16};
   front_cache cache{1 * MiB};
-  ASSERT_TRUE(cache.put(1, a.at(0), 1000));
-  EXPECT_EQ(cache.take(1, 1000), a.at(0));
-  EXPECT_EQ(cache.take(1, 1000), nullptr) << "handed out once";
-}
-
-TEST(FrontCache, ABlockServesAnyRequestOfItsClass)
-{
-  arena const a{16};
-  front_cache cache{1 * MiB};
-  ASSERT_TRUE(cache.put(1, a.at(0), 1000));  // class 1024
+  void* const p = handed(cache, 0, 1000);
+  ASSERT_TRUE(cached(cache, 1, p, 1000));
+  EXPECT_EQ(cache.take(2, 1000), nullptr);
+  EXPECT_EQ(cache.take(0, 1000), nullptr);
   EXPECT_EQ(cache.take(1, 768), nullptr) << "768 is its own class";
-  EXPECT_EQ(cache.take(1, 1024), a.at(0)) << "1024 is the class of 1000";
-}
-
-TEST(FrontCache, AnotherStreamNeverGetsTheBlock)
-{
-  arena const a{16};
-  front_cache cache{1 * MiB};
-  ASSERT_TRUE(cache.put(1, a.at(0), 4 * KiB));
-  EXPECT_EQ(cache.take(2, 4 * KiB), nullptr);
-  EXPECT_EQ(cache.take(0, 4 * KiB), nullptr);
-  EXPECT_EQ(cache.take(1, 4 * KiB), a.at(0));
+  EXPECT_EQ(cache.take(1, 1024), p) << "1024 is the class of 1000";
+  EXPECT_EQ(cache.take(1, 1000), nullptr) << "handed out once";
 }
 
 TEST(FrontCache, UncacheablePutsAreRefusedAndTakesMiss)
 {
-  arena const a{16};
   front_cache cache{1 * MiB};  // max_block 128 KiB
-  EXPECT_FALSE(cache.put(1, nullptr, 4 * KiB));
-  EXPECT_FALSE(cache.put(1, a.at(0), 0));
-  EXPECT_FALSE(cache.put(1, a.at(1), 128 * KiB + 1));
+  EXPECT_EQ(cache.put(1, nullptr, 4 * KiB).status, put_status::uncacheable);
+  EXPECT_EQ(cache.put(1, fake(0), 0).status, put_status::uncacheable);
+  EXPECT_EQ(cache.put(1, fake(1), 128 * KiB + 1).status, put_status::uncacheable);
   EXPECT_EQ(cache.take(1, 0), nullptr);
   EXPECT_EQ(cache.take(1, 128 * KiB + 1), nullptr);
   auto const s = cache.stats();
@@ -188,111 +291,264 @@ TEST(FrontCache, UncacheablePutsAreRefusedAndTakesMiss)
 
 TEST(FrontCache, PutsBeyondTheCapAreRefused)
 {
-  arena const a{64};
   front_cache cache{4 * KiB};
-  for (std::size_t i = 0; i < 16; ++i) { ASSERT_TRUE(cache.put(1, a.at(i), 256)) << i; }
-  EXPECT_FALSE(cache.put(1, a.at(16), 256));
-  EXPECT_FALSE(cache.put(2, a.at(17), 256)) << "the cap is shared by all streams";
+  for (std::size_t i = 0; i < 18; ++i) { handed(cache, i, 256); }
+  for (std::size_t i = 0; i < 16; ++i) { ASSERT_TRUE(cached(cache, 1, fake(i), 256)) << i; }
+  EXPECT_EQ(cache.put(1, fake(16), 256).status, put_status::refused);
+  EXPECT_EQ(cache.put(2, fake(17), 256).status, put_status::refused)
+    << "the cap is shared by all streams";
   EXPECT_EQ(cache.bytes(), 4 * KiB);
   EXPECT_EQ(cache.check_invariants(), 4 * KiB);
   EXPECT_EQ(cache.stats().refused_cap, 2U);
   ASSERT_NE(cache.take(1, 256), nullptr);
-  EXPECT_TRUE(cache.put(1, a.at(16), 256)) << "room again after a take";
+  handed(cache, 16, 256);  // the refused block came back from the pool
+  EXPECT_TRUE(cached(cache, 1, fake(16), 256)) << "room again after a take";
 }
 
 TEST(FrontCache, ABlockLargerThanTheRoomLeftIsRefused)
 {
-  arena const a{64};
   front_cache cache{4 * KiB, 4 * KiB};
-  ASSERT_TRUE(cache.put(1, a.at(0), 1 * KiB));
-  EXPECT_FALSE(cache.put(1, a.at(1), 4 * KiB));
-  EXPECT_TRUE(cache.put(1, a.at(2), 3 * KiB));
+  ASSERT_TRUE(cached(cache, 1, handed(cache, 0, 1 * KiB), 1 * KiB));
+  EXPECT_EQ(cache.put(1, handed(cache, 1, 4 * KiB), 4 * KiB).status, put_status::refused);
+  EXPECT_TRUE(cached(cache, 1, handed(cache, 2, 3 * KiB), 3 * KiB));
   EXPECT_EQ(cache.check_invariants(), 4 * KiB);
 }
 
 TEST(FrontCache, IdleCreditOfOneStreamDoesNotStarveAnother)
 {
-  arena const a{256};
-  front_cache cache{64 * KiB};  // credit moves in chunks of 4 KiB
-  for (std::size_t i = 0; i < 64; ++i) { ASSERT_TRUE(cache.put(1, a.at(i), 1 * KiB)); }
+  front_cache cache{64 * KiB};
+  for (std::size_t i = 0; i < 128; ++i) { handed(cache, i, 1 * KiB); }
+  for (std::size_t i = 0; i < 64; ++i) { ASSERT_TRUE(cached(cache, 1, fake(i), 1 * KiB)); }
   for (std::size_t i = 0; i < 64; ++i) { ASSERT_NE(cache.take(1, 1 * KiB), nullptr); }
   EXPECT_EQ(cache.bytes(), 0U);
-  // Stream 1 may still sit on some credit; stream 2 must get the whole cap anyway.
-  for (std::size_t i = 0; i < 64; ++i) {
-    ASSERT_TRUE(cache.put(2, a.at(64 + i), 1 * KiB)) << "block " << i;
+  // Stream 1 may still sit on some credit; stream 2 gets the whole cap after a few refusals
+  // at most (idle credit is looked for once every few refusals).
+  std::size_t ok = 0;
+  for (std::size_t i = 0; i < 64 + front_cache::pressure_window; ++i) {
+    void* const p = fake(64 + i % 64);
+    if (cache.recorded_bytes(p) == 0) { handed(cache, 64 + i % 64, 1 * KiB); }
+    ok += cached(cache, 2, p, 1 * KiB) ? 1 : 0;
   }
+  EXPECT_EQ(ok, 64U);
   EXPECT_EQ(cache.check_invariants(), 64 * KiB);
 }
 
-// ---- drain -----------------------------------------------------------------------------------
-
-TEST(FrontCache, DrainReturnsExactlyTheBlocksPutAndEmptiesTheCache)
+TEST(FrontCache, AShortLivedStreamHoldsLittleIdleCredit)
 {
-  arena const a{1024};
+  front_cache cache{64 * MiB};  // chunk() is 1 MiB
+  ASSERT_EQ(cache.chunk(), 1 * MiB);
+  ASSERT_TRUE(cached(cache, 1, handed(cache, 0, 4 * KiB), 4 * KiB));
+  EXPECT_LE(cache.stats().charged_bytes, 8 * KiB)
+    << "one block's first reservation is that block, not a whole chunk";
+}
+
+// ---- leaving for the pool --------------------------------------------------------------------
+
+TEST(FrontCacheRelease, ReleaseReturnsExactlyTheBlocksCachedAndEmptiesTheCache)
+{
   front_cache cache{1024 * MiB};  // room for all 500 blocks
   std::multiset<block> expected;
   std::mt19937_64 rng{42};
   for (std::size_t i = 0; i < 500; ++i) {
-    stream_key const k    = rng() % 5;
-    std::size_t const n   = 1 + rng() % cache.max_block();
-    ASSERT_TRUE(cache.put(k, a.at(i), n));
-    expected.emplace(k, a.at(i), cache.class_size(n));
+    stream_key const k  = rng() % 5;
+    std::size_t const n = 1 + rng() % cache.max_block();
+    ASSERT_TRUE(cached(cache, k, handed(cache, i, n), n));
+    expected.emplace(k, fake(i), cache.class_size(n));
   }
-  std::size_t expected_bytes = 0;
-  for (auto const& [k, p, n] : expected) { expected_bytes += n; }
-  EXPECT_EQ(cache.bytes(), expected_bytes);
-
-  EXPECT_EQ(drain_all(cache), expected);
-  EXPECT_EQ(cache.bytes(), 0U);
+  EXPECT_EQ(release_all(cache), expected);
   auto const s = cache.stats();
   EXPECT_EQ(s.cached_blocks, 0U);
+  EXPECT_EQ(s.parked_blocks, 0U);
+  EXPECT_EQ(s.recorded_blocks, 0U) << "every released block left the record";
   EXPECT_EQ(s.charged_bytes, 0U) << "the whole cap is back in the global budget";
   EXPECT_EQ(cache.check_invariants(), 0U);
   for (stream_key k = 0; k < 5; ++k) { EXPECT_EQ(cache.take(k, 256), nullptr); }
-  EXPECT_TRUE(drain_all(cache).empty()) << "a second drain finds nothing";
+  EXPECT_TRUE(release_all(cache).empty()) << "a second release finds nothing";
 }
 
-TEST(FrontCache, DrainStreamTakesOnlyThatStreamsBlocks)
+TEST(FrontCacheRelease, ParkedBlocksAreOutOfReachAndStillCharged)
 {
-  arena const a{16};
+  front_cache cache{8 * KiB, 4 * KiB};
+  void* const p = handed(cache, 0, 4 * KiB);
+  ASSERT_TRUE(cached(cache, 1, p, 4 * KiB));
+  EXPECT_EQ(cache.detach_all(), 1U);
+  EXPECT_EQ(cache.take(1, 4 * KiB), nullptr) << "a parked block is never handed out";
+  auto const s = cache.stats();
+  EXPECT_EQ(s.parked_blocks, 1U);
+  EXPECT_EQ(s.parked_bytes, 4 * KiB);
+  EXPECT_GE(s.charged_bytes, 4 * KiB) << "parked bytes count against the cap";
+  EXPECT_EQ(cache.put(1, p, 4 * KiB).status, put_status::already_cached) << "a double free";
+}
+
+TEST(FrontCacheRelease, ABlockFreedAfterTheProofBeganIsNotFreedByIt)
+{
+  // The release race: a block freed into the cache once the release's synchronization has
+  // begun may still be in use by its stream's work; only a later proof covers it.
   front_cache cache{1 * MiB};
-  ASSERT_TRUE(cache.put(1, a.at(0), 4 * KiB));
-  ASSERT_TRUE(cache.put(2, a.at(1), 4 * KiB));
-  ASSERT_TRUE(cache.put(1, a.at(2), 256));
+  ASSERT_TRUE(cached(cache, 1, handed(cache, 0, 4 * KiB), 4 * KiB));
+  ASSERT_TRUE(cached(cache, 2, handed(cache, 2, 4 * KiB), 4 * KiB));
+  cache.detach_all();
+  std::uint64_t const proven = cache.begin_proof();  // the release's synchronization starts
+  void* const late           = handed(cache, 1, 4 * KiB);
+  ASSERT_TRUE(cached(cache, 1, late, 4 * KiB));  // freed on the stream while it waits
+  cache.detach_all();                            // another release parks it meanwhile
+  std::set<void*> freed;
+  cache.free_parked(proven, [&](stream_key, void* p, std::size_t) noexcept { freed.insert(p); });
+  EXPECT_EQ(freed.count(late), 0U) << "freed under the proof of a synchronization begun before";
+  EXPECT_EQ(freed.count(fake(2)), 1U) << "the other stream's block was proven";
+  // (Stream 1's early block waits with the late one: a bucket's proof is that of its newest
+  // parked block, which is never too early.)
+  std::uint64_t const later = cache.begin_proof();
+  cache.free_parked(later, [&](stream_key, void* p, std::size_t) noexcept { freed.insert(p); });
+  EXPECT_EQ(freed, (std::set<void*>{fake(0), fake(2), late}));
+  EXPECT_EQ(cache.check_invariants(), 0U);
+}
+
+TEST(FrontCacheRelease, ABlockCachedAfterTheDetachStaysCached)
+{
+  front_cache cache{1 * MiB};
+  ASSERT_TRUE(cached(cache, 1, handed(cache, 0, 4 * KiB), 4 * KiB));
+  cache.detach_all();
+  std::uint64_t const proven = cache.begin_proof();
+  void* const late           = handed(cache, 1, 4 * KiB);
+  ASSERT_TRUE(cached(cache, 1, late, 4 * KiB));
+  std::size_t const n = cache.free_parked(proven, [](stream_key, void*, std::size_t) noexcept {});
+  EXPECT_EQ(n, 1U);
+  EXPECT_EQ(cache.take(1, 4 * KiB), late) << "the late block is still the stream's";
+}
+
+TEST(FrontCacheRelease, DrainStreamFreesOnlyThatStreamsCachedBlocks)
+{
+  front_cache cache{1 * MiB};
+  ASSERT_TRUE(cached(cache, 1, handed(cache, 0, 4 * KiB), 4 * KiB));
+  ASSERT_TRUE(cached(cache, 2, handed(cache, 1, 4 * KiB), 4 * KiB));
+  ASSERT_TRUE(cached(cache, 1, handed(cache, 2, 256), 256));
   std::multiset<block> got;
   cache.drain_stream(1, [&](stream_key k, void* p, std::size_t n) noexcept {
     got.emplace(k, p, n);
   });
-  EXPECT_EQ(got, (std::multiset<block>{{1, a.at(0), 4 * KiB}, {1, a.at(2), 256}}));
+  EXPECT_EQ(got, (std::multiset<block>{{1, fake(0), 4 * KiB}, {1, fake(2), 256}}));
+  EXPECT_EQ(cache.recorded_bytes(fake(0)), 0U);
   EXPECT_EQ(cache.bytes(), 4 * KiB);
-  EXPECT_EQ(cache.take(2, 4 * KiB), a.at(1));
+  EXPECT_EQ(cache.take(2, 4 * KiB), fake(1));
   cache.drain_stream(7, [](stream_key, void*, std::size_t) noexcept { ADD_FAILURE(); });
+  EXPECT_EQ(cache.check_invariants(), 0U);
 }
 
-TEST(FrontCache, DrainCallbackMayPutIntoTheCache)
+TEST(FrontCacheRelease, TheCallbackRunsWithNoLockHeld)
 {
-  arena const a{16};
   front_cache cache{1 * MiB};
-  ASSERT_TRUE(cache.put(1, a.at(0), 4 * KiB));
+  ASSERT_TRUE(cached(cache, 1, handed(cache, 0, 4 * KiB), 4 * KiB));
+  ASSERT_TRUE(cached(cache, 2, handed(cache, 1, 4 * KiB), 4 * KiB));
   bool reput = false;
-  cache.drain([&](stream_key k, void* p, std::size_t n) noexcept { reput = cache.put(k, p, n); });
-  EXPECT_TRUE(reput) << "no lock is held while the callback runs";
-  EXPECT_EQ(cache.take(1, 4 * KiB), a.at(0));
+  cache.drain_stream(1, [&](stream_key k, void* p, std::size_t n) noexcept {
+    // The pool hands the address out again at once, and it is freed back: all inside the
+    // callback, which therefore holds no lock of the cache.
+    reput = cache.record(p, n) && cached(cache, k, p, n) && cache.stats().cached_blocks == 2;
+  });
+  EXPECT_TRUE(reput);
+  EXPECT_EQ(cache.take(1, 4 * KiB), fake(0));
+}
+
+// ---- dead and idle streams ---------------------------------------------------------------------
+
+TEST(FrontCacheStale, OnlyBucketsIdleForAWholeEpochAreParked)
+{
+  front_cache cache{1 * MiB};
+  ASSERT_TRUE(cached(cache, 1, handed(cache, 0, 4 * KiB), 4 * KiB));  // stream 1 then dies
+  ASSERT_TRUE(cached(cache, 2, handed(cache, 1, 4 * KiB), 4 * KiB));
+  EXPECT_EQ(cache.detach_stale(), 0U) << "both were used during the first epoch";
+  ASSERT_EQ(cache.take(2, 4 * KiB), fake(1));  // stream 2 lives on
+  ASSERT_TRUE(cached(cache, 2, fake(1), 4 * KiB));
+  EXPECT_EQ(cache.detach_stale(), 1U) << "stream 1 was idle for a whole epoch";
+  auto const s = cache.stats();
+  EXPECT_EQ(s.parked_blocks, 1U);
+  EXPECT_EQ(s.reclaims, 1U);
+  EXPECT_EQ(s.reclaimed_blocks, 1U);
+  std::vector<void*> freed;
+  cache.free_parked(cache.begin_proof(),
+                    [&](stream_key k, void* p, std::size_t) noexcept {
+                      EXPECT_EQ(k, 1U);
+                      freed.push_back(p);
+                    });
+  EXPECT_EQ(freed, std::vector<void*>{fake(0)});
+  EXPECT_EQ(cache.take(2, 4 * KiB), fake(1)) << "the live stream keeps its block";
+}
+
+TEST(FrontCacheStale, DeadStreamsDoNotStarveALiveOne)
+{
+  // 2000 streams each free two 4 KiB blocks and die; then a live stream must get hits again once
+  // the owner's reclaim (asked for by refused puts) ran.
+  front_cache cache{8 * MiB};
+  std::size_t next = 0;
+  std::size_t reclaims_asked = 0;
+  auto reclaim = [&] {
+    ++reclaims_asked;
+    cache.detach_stale();
+    cache.free_parked(cache.begin_proof(), [](stream_key, void*, std::size_t) noexcept {});
+  };
+  for (stream_key k = 1; k <= 2000; ++k) {
+    for (int b = 0; b < 2; ++b) {
+      void* const p = handed(cache, next++ % 100000, 4 * KiB);
+      if (cache.put(k, p, 4 * KiB).status == put_status::refused && cache.note_pressure()) {
+        reclaim();
+      }
+    }
+  }
+  stream_key const live = 5000;
+  std::size_t hits      = 0;
+  for (int i = 0; i < 100; ++i) {
+    void* p = cache.take(live, 4 * KiB);
+    if (p != nullptr) {
+      ++hits;
+    } else {
+      p = handed(cache, next++ % 100000, 4 * KiB);
+    }
+    if (cache.put(live, p, 4 * KiB).status == put_status::refused && cache.note_pressure()) {
+      reclaim();
+    }
+  }
+  auto const s = cache.stats();
+  EXPECT_GE(hits, 90U) << "the live stream starved";
+  EXPECT_GE(s.reclaims, 1U);
+  EXPECT_LE(s.streams, cache.cap() / (8 * KiB) + 64) << "buckets of dead streams were not reused";
+  EXPECT_LE(reclaims_asked, 2000U / front_cache::pressure_window + 100);
+  EXPECT_LE(cache.check_invariants(), cache.cap());
+}
+
+TEST(FrontCacheStale, BucketsOfReclaimedStreamsAreReused)
+{
+  front_cache cache{1 * MiB};
+  for (stream_key k = 1; k <= 100; ++k) {
+    ASSERT_TRUE(cached(cache, k, handed(cache, k, 256), 256));
+  }
+  cache.detach_stale();
+  cache.detach_stale();  // a whole epoch later: all stale
+  cache.free_parked(cache.begin_proof(), [](stream_key, void*, std::size_t) noexcept {});
+  cache.detach_stale();  // now empty: unbound for reuse
+  EXPECT_EQ(cache.stats().streams, 0U);
+  for (stream_key k = 101; k <= 150; ++k) {
+    ASSERT_TRUE(cached(cache, k, handed(cache, k, 256), 256));
+  }
+  EXPECT_EQ(cache.stats().streams, 50U);
+  // The old streams (this thread has stale entries for some) still get only their own blocks.
+  for (stream_key k = 1; k <= 100; ++k) { EXPECT_EQ(cache.take(k, 256), nullptr) << k; }
+  for (stream_key k = 101; k <= 150; ++k) { EXPECT_EQ(cache.take(k, 256), fake(k)) << k; }
+  EXPECT_EQ(cache.check_invariants(), 0U);
 }
 
 // ---- statistics ------------------------------------------------------------------------------
 
 TEST(FrontCache, StatsCountWhatHappened)
 {
-  arena const a{16};
   front_cache cache{8 * KiB, 4 * KiB};
-  EXPECT_EQ(cache.take(1, 4 * KiB), nullptr);      // miss
-  ASSERT_TRUE(cache.put(1, a.at(0), 4 * KiB));     // cached
-  ASSERT_TRUE(cache.put(2, a.at(1), 4 * KiB));     // cached: the cap is full
-  EXPECT_FALSE(cache.put(2, a.at(2), 256));        // refused: cap
-  EXPECT_FALSE(cache.put(2, a.at(3), 8 * KiB));    // refused: above max_block
-  EXPECT_EQ(cache.take(1, 4 * KiB), a.at(0));      // hit
-  EXPECT_EQ(cache.take(1, 4 * KiB), nullptr);      // miss
+  EXPECT_EQ(cache.take(1, 4 * KiB), nullptr);                           // miss
+  ASSERT_TRUE(cached(cache, 1, handed(cache, 0, 4 * KiB), 4 * KiB));    // cached
+  ASSERT_TRUE(cached(cache, 2, handed(cache, 1, 4 * KiB), 4 * KiB));    // cached: cap full
+  EXPECT_EQ(cache.put(2, handed(cache, 2, 256), 256).status, put_status::refused);
+  EXPECT_EQ(cache.put(2, fake(3), 8 * KiB).status, put_status::uncacheable);
+  EXPECT_EQ(cache.take(1, 4 * KiB), fake(0));  // hit
+  EXPECT_EQ(cache.take(1, 4 * KiB), nullptr);  // miss
   auto const s = cache.stats();
   EXPECT_EQ(s.hits, 1U);
   EXPECT_EQ(s.misses, 2U);
@@ -300,6 +556,7 @@ TEST(FrontCache, StatsCountWhatHappened)
   EXPECT_EQ(s.refused_uncacheable, 1U);
   EXPECT_EQ(s.cached_bytes, 4 * KiB);
   EXPECT_EQ(s.cached_blocks, 1U);
+  EXPECT_EQ(s.recorded_blocks, 2U);
   EXPECT_EQ(s.streams, 2U);
   EXPECT_GE(s.charged_bytes, s.cached_bytes);
   EXPECT_LE(s.charged_bytes, cache.cap());
@@ -308,28 +565,47 @@ TEST(FrontCache, StatsCountWhatHappened)
 
 TEST(FrontCache, ResetPeaksRestartsFromTheChargeNow)
 {
-  arena const a{16};
   front_cache cache{8 * KiB, 4 * KiB};
-  ASSERT_TRUE(cache.put(1, a.at(0), 4 * KiB));
-  ASSERT_TRUE(cache.put(1, a.at(1), 4 * KiB));
+  ASSERT_TRUE(cached(cache, 1, handed(cache, 0, 4 * KiB), 4 * KiB));
+  ASSERT_TRUE(cached(cache, 1, handed(cache, 1, 4 * KiB), 4 * KiB));
   EXPECT_EQ(cache.stats().charged_high, 8 * KiB);
-  EXPECT_EQ(drain_all(cache).size(), 2U);
+  EXPECT_EQ(release_all(cache).size(), 2U);
   EXPECT_EQ(cache.stats().charged_high, 8 * KiB) << "a peak outlives the bytes";
   cache.reset_peaks();
   EXPECT_EQ(cache.stats().charged_high, 0U);
-  ASSERT_TRUE(cache.put(1, a.at(0), 256));
+  ASSERT_TRUE(cached(cache, 1, handed(cache, 0, 256), 256));
   EXPECT_GE(cache.stats().charged_high, 256U);
   EXPECT_LE(cache.stats().charged_high, 8 * KiB);
 }
 
-// ---- lifetime of thread-local entries and buckets --------------------------------------------
+TEST(FrontCache, EveryCallTheOwnerMakesOnANoexceptPathIsNoexcept)
+{
+  // The owner frees, releases and reclaims from noexcept paths (a resource's deallocate and
+  // destructor): none of these may throw, by declaration.
+  front_cache cache{1 * MiB};
+  auto const none = [](stream_key, void*, std::size_t) noexcept {};
+  static_assert(noexcept(cache.take(1, 1)));
+  static_assert(noexcept(cache.record(nullptr, 1)));
+  static_assert(noexcept(cache.forget(nullptr)));
+  static_assert(noexcept(cache.put(1, nullptr, 1)));
+  static_assert(noexcept(cache.note_pressure()));
+  static_assert(noexcept(cache.detach_all()));
+  static_assert(noexcept(cache.detach_stale()));
+  static_assert(noexcept(cache.begin_proof()));
+  static_assert(noexcept(cache.free_parked(0, none)));
+  static_assert(noexcept(cache.drain_stream(1, none)));
+  static_assert(noexcept(cache.stats()));
+  static_assert(noexcept(cache.held_blocks()));
+  SUCCEED();
+}
+
+// ---- lifetime of thread-local entries --------------------------------------------------------
 
 TEST(FrontCache, ANewCacheAtADestroyedCachesAddressSharesNoThreadLocalEntry)
 {
-  arena const a{16};
   alignas(front_cache) std::byte storage[sizeof(front_cache)];
   auto* first = new (storage) front_cache{1 * MiB};
-  ASSERT_TRUE(first->put(7, a.at(0), 4 * KiB));  // this thread now has an entry for key 7
+  ASSERT_TRUE(cached(*first, 7, handed(*first, 0, 4 * KiB), 4 * KiB));
   std::uint64_t const first_id = first->id();
   first->~front_cache();  // dropped with a block inside: the bucket is freed
 
@@ -345,153 +621,155 @@ TEST(FrontCache, ANewCacheAtADestroyedCachesAddressSharesNoThreadLocalEntry)
 
 TEST(FrontCache, RecycledBucketsKeepStreamsApart)
 {
-  arena const a{512};
   front_cache cache{1 * MiB};
-  // 64 streams whose buckets are empty again: candidates for recycling.
+  // 64 streams whose buckets are empty again: candidates for reuse.
   for (stream_key k = 1; k <= 64; ++k) {
-    ASSERT_TRUE(cache.put(k, a.at(k), 256));
-    ASSERT_EQ(cache.take(k, 256), a.at(k));
+    ASSERT_TRUE(cached(cache, k, handed(cache, k, 256), 256));
+    ASSERT_EQ(cache.take(k, 256), fake(k));
   }
   EXPECT_EQ(cache.stats().streams, 64U);
-  ASSERT_TRUE(cache.put(1000, a.at(200), 256));  // recycles an empty bucket
+  ASSERT_TRUE(cached(cache, 1000, handed(cache, 200, 256), 256));  // reuses an empty bucket
   EXPECT_EQ(cache.stats().streams, 64U) << "no new bucket while an empty one was free";
-  // Every old stream (some with thread-local entries to the recycled bucket) still gets only
-  // its own blocks.
-  for (stream_key k = 1; k <= 64; ++k) { ASSERT_TRUE(cache.put(k, a.at(k), 256)) << k; }
-  for (stream_key k = 1; k <= 64; ++k) { EXPECT_EQ(cache.take(k, 256), a.at(k)) << k; }
-  EXPECT_EQ(cache.take(1000, 256), a.at(200));
+  for (stream_key k = 1; k <= 64; ++k) { ASSERT_TRUE(cached(cache, k, fake(k), 256)) << k; }
+  for (stream_key k = 1; k <= 64; ++k) { EXPECT_EQ(cache.take(k, 256), fake(k)) << k; }
+  EXPECT_EQ(cache.take(1000, 256), fake(200));
   EXPECT_EQ(cache.check_invariants(), 0U);
 }
 
-// ---- churn, single and multi-threaded ----------------------------------------------------------
+// ---- the model-based stress test ------------------------------------------------------------------
 
-/// The "pool" and the checker: each arena slot is one block whose state is tracked atomically,
-/// so a block handed out twice, to the wrong stream or at the wrong size is caught.
-class churn_harness {
+/// The "pool" and the shadow model: each slot is one fake block whose state is tracked
+/// atomically, so any transition the owner's rules forbid is counted.
+class shadow {
  public:
-  enum state : int { in_pool = 0, live = 1, cached = 2 };
+  enum state : int { in_pool = 0, live = 1, cached = 2, graph = 3 };
 
-  explicit churn_harness(std::size_t slots) : arena_{slots}, slots_(slots)
+  explicit shadow(std::size_t slots) : slots_(slots)
   {
     for (std::size_t i = slots; i-- > 0;) { free_.push_back(i); }
   }
 
-  void* pool_alloc(std::size_t alloc_bytes)
+  /// A block from the pool (at `bytes`): in_pool -> live (or graph-owned).
+  void* pool_alloc(std::size_t bytes, state as = live)
   {
     std::size_t i = 0;
     {
       std::lock_guard const g{mutex_};
       if (free_.empty()) {
-        ++errors_;  // the test ran out of slots: a leak
+        ++violations_;  // ran out of slots: a leak
         return nullptr;
       }
       i = free_.back();
       free_.pop_back();
     }
-    expect_transition(i, in_pool, live);
-    slots_[i].bytes.store(alloc_bytes, std::memory_order_relaxed);
-    return arena_.at(i);
+    move(i, in_pool, as);
+    slots_[i].bytes.store(bytes, std::memory_order_relaxed);
+    return fake(i);
   }
-  void pool_free(void* p)
+  void pool_free(void* p, state from = live)
   {
-    std::size_t const i = arena_.index(p);
-    expect_transition(i, live, in_pool);
+    std::size_t const i = index(p);
+    move(i, from, in_pool);
     std::lock_guard const g{mutex_};
     free_.push_back(i);
   }
-  /// A hit: the block must be cached, for this stream, at this class.
+  /// A hit: the block was cached for this stream at this class; now live (never twice).
   void on_take(void* p, stream_key k, std::size_t class_bytes)
   {
-    if (!arena_.holds(p)) {
-      ++errors_;
+    std::size_t const i = index(p);
+    if (i >= slots_.size()) {
+      ++violations_;
       return;
     }
-    std::size_t const i = arena_.index(p);
-    expect_transition(i, cached, live);
+    if (slots_[i].state.load() == graph) { ++graph_handouts_; }
+    move(i, cached, live);
     if (slots_[i].stream.load(std::memory_order_relaxed) != k) { ++wrong_stream_; }
     if (slots_[i].bytes.load(std::memory_order_relaxed) != class_bytes) { ++wrong_class_; }
   }
   /// Before a put: from here the cache may hand the block out.
-  void before_put(void* p, stream_key k)
+  void before_put(void* p, stream_key k, std::uint64_t now)
   {
-    std::size_t const i = arena_.index(p);
+    std::size_t const i = index(p);
     slots_[i].stream.store(k, std::memory_order_relaxed);
-    expect_transition(i, live, cached);
+    slots_[i].put_time.store(now, std::memory_order_relaxed);
+    move(i, live, cached);
   }
-  void after_refused_put(void* p) { expect_transition(arena_.index(p), cached, live); }
-  /// A drained block goes back to the pool.
-  void on_drain(void* p, std::size_t class_bytes) noexcept
+  void put_not_taken(void* p) { move(index(p), cached, live); }
+  /// Freed by a release or a drain: must be cached (no user holds it), at its class, and (for
+  /// a release) put before the release's proof began.
+  void on_release(void* p, std::size_t class_bytes, std::uint64_t proof_time) noexcept
   {
-    std::size_t const i = arena_.index(p);
+    std::size_t const i = index(p);
     if (slots_[i].bytes.load(std::memory_order_relaxed) != class_bytes) { ++wrong_class_; }
-    expect_transition(i, cached, live);
+    if (slots_[i].put_time.load(std::memory_order_relaxed) > proof_time) { ++unproven_frees_; }
+    move(i, cached, live);
     pool_free(p);
   }
 
-  [[nodiscard]] std::size_t slots_in(state s) const
+  [[nodiscard]] std::size_t count(state s) const
   {
-    return static_cast<std::size_t>(std::count_if(slots_.begin(), slots_.end(), [&](auto& x) {
-      return x.state.load() == s;
-    }));
+    return static_cast<std::size_t>(
+      std::count_if(slots_.begin(), slots_.end(), [&](auto& x) { return x.state.load() == s; }));
   }
-  [[nodiscard]] std::uint64_t errors() const { return errors_.load(); }
-  [[nodiscard]] std::uint64_t double_handouts() const { return double_handouts_.load(); }
-  [[nodiscard]] std::uint64_t wrong_stream() const { return wrong_stream_.load(); }
-  [[nodiscard]] std::uint64_t wrong_class() const { return wrong_class_.load(); }
+  std::atomic<std::uint64_t> violations_{0};
+  std::atomic<std::uint64_t> double_handouts_{0};
+  std::atomic<std::uint64_t> graph_handouts_{0};
+  std::atomic<std::uint64_t> wrong_stream_{0};
+  std::atomic<std::uint64_t> wrong_class_{0};
+  std::atomic<std::uint64_t> unproven_frees_{0};
 
  private:
-  void expect_transition(std::size_t i, state from, state to) noexcept
+  static std::size_t index(void* p)
+  {
+    return (reinterpret_cast<std::uintptr_t>(p) - std::uintptr_t{0x100000000}) / 4096;
+  }
+  void move(std::size_t i, state from, state to) noexcept
   {
     int expected = from;
     if (!slots_[i].state.compare_exchange_strong(expected, to, std::memory_order_acq_rel)) {
       if (from == cached && expected == live) {
-        ++double_handouts_;  // taken while a user still held it
+        ++double_handouts_;  // handed out while a user held it: two owners
       } else {
-        ++errors_;
+        ++violations_;
       }
       slots_[i].state.store(to);
     }
   }
-
   struct slot {
     std::atomic<int> state{in_pool};
     std::atomic<stream_key> stream{0};
-    std::atomic<std::size_t> bytes{0};  // what the pool allocated (class size, or exact)
+    std::atomic<std::size_t> bytes{0};
+    std::atomic<std::uint64_t> put_time{0};
   };
-  arena arena_;
   std::vector<slot> slots_;
   std::mutex mutex_;
   std::vector<std::size_t> free_;
-  std::atomic<std::uint64_t> errors_{0};
-  std::atomic<std::uint64_t> double_handouts_{0};
-  std::atomic<std::uint64_t> wrong_stream_{0};
-  std::atomic<std::uint64_t> wrong_class_{0};
 };
 
-struct churn_counts {
-  std::uint64_t takes{};
+struct stress_counts {
   std::uint64_t hits{};
-  std::uint64_t refused_uncacheable{};
-  std::uint64_t puts{};
-  std::uint64_t accepted{};
-  std::uint64_t cap_violations{};
+  std::uint64_t foreign_accepted{};
+  std::uint64_t double_accepted{};
+  std::uint64_t wrong_size_accepted{};
 };
 
-/// One thread's churn: allocate (take, else the pool at class size) and free (put, else the
-/// pool) random sizes on `key`, as the resource will; sometimes drain its own stream or all.
-void churn(front_cache& cache,
-           churn_harness& h,
-           stream_key key,
-           std::uint64_t seed,
-           int ops,
-           bool drains,
-           bool check_each_op,
-           churn_counts& n)
+std::atomic<std::uint64_t> logical_clock{1};
+// A second free right after a first is a double free only while the block stays cached: once a
+// release gave it back, the pool may hand the address to another thread, and a late second free
+// is indistinguishable from that owner's (no allocator can tell). The stress holds releases off
+// for the two statements.
+std::shared_mutex release_gate;
+
+/// One thread of the stress test, as the owner (stream_cache) would drive the cache.
+void stress_thread(front_cache& cache, shadow& m, stream_key first_key, bool own_streams,
+                   std::uint64_t seed, int ops, stress_counts& n)
 {
   std::mt19937_64 rng{seed};
+  stream_key key = first_key;
   struct held {
     void* p;
     std::size_t bytes;
+    bool graph;
   };
   std::vector<held> mine;
   auto const random_size = [&]() -> std::size_t {
@@ -504,139 +782,167 @@ void churn(front_cache& cache,
     held const b = mine[at];
     mine[at]     = mine.back();
     mine.pop_back();
-    h.before_put(b.p, key);
-    ++n.puts;
-    if (cache.put(key, b.p, b.bytes)) {
-      ++n.accepted;
-    } else {
-      if (cache.class_size(b.bytes) == 0) { ++n.refused_uncacheable; }
-      h.after_refused_put(b.p);
-      h.pool_free(b.p);
+    if (b.graph) {
+      // A graph's allocation, freed outside the graph: never the cache's.
+      auto const r = cache.put(key, b.p, b.bytes);
+      if (r.status == put_status::cached) { ++n.foreign_accepted; }
+      m.pool_free(b.p, shadow::graph);
+      return;
+    }
+    if (rng() % 50 == 0 && cache.class_size(b.bytes) != 0) {
+      // A wrong size first: refused, nothing changes.
+      std::size_t const wrong = cache.class_size(b.bytes) == 256 ? 64 * KiB : 256;
+      if (cache.put(key, b.p, wrong).status != put_status::wrong_size &&
+          cache.recorded_bytes(b.p) != 0) {
+        ++n.wrong_size_accepted;
+      }
+    }
+    bool const twice = own_streams && rng() % 50 == 0;
+    std::shared_lock<std::shared_mutex> gate{release_gate, std::defer_lock};
+    if (twice) { gate.lock(); }
+    m.before_put(b.p, key, logical_clock.fetch_add(1));
+    auto const r = cache.put(key, b.p, b.bytes);
+    if (r.status == put_status::cached) {
+      // (Only on a stream of its own: on a shared one another thread may have taken the block
+      // back already, and then a second free is indistinguishable from its owner's.)
+      if (twice && cache.put(key, b.p, b.bytes).status != put_status::already_cached) {
+        ++n.double_accepted;  // a second free of a cached block
+      }
+      return;
+    }
+    if (gate.owns_lock()) { gate.unlock(); }
+    m.put_not_taken(b.p);
+    m.pool_free(b.p);  // refused, uncacheable or untracked: the owner frees it to the pool
+    if (r.status == put_status::refused && cache.note_pressure()) {
+      cache.detach_stale();
+      std::uint64_t const proven = cache.begin_proof();
+      std::uint64_t const t      = logical_clock.fetch_add(1);
+      std::unique_lock<std::shared_mutex> exclusive{release_gate};
+      cache.free_parked(proven, [&](stream_key, void* p, std::size_t c) noexcept {
+        m.on_release(p, c, t);
+      });
     }
   };
-  auto const drained = [&](stream_key, void* p, std::size_t bytes) noexcept {
-    h.on_drain(p, bytes);
-  };
   for (int op = 0; op < ops; ++op) {
-    if (mine.empty() || (mine.size() < 48 && rng() % 2 == 0)) {
+    auto const what = rng() % 1000;
+    if (what < 5 && own_streams) {
+      key = (rng() << 16) | first_key;  // the stream is destroyed; a new one takes its place
+    } else if (what < 10) {
+      // A pointer the cache never saw (another pool's): refused.
+      void* const foreign = fake(1000000 + rng() % 1000);
+      if (cache.put(key, foreign, 4 * KiB).status == put_status::cached) { ++n.foreign_accepted; }
+    } else if (what < 15) {
+      void* const g = m.pool_alloc(1 * KiB, shadow::graph);  // allocated inside a capture
+      if (g != nullptr) { mine.push_back({g, 1 * KiB, true}); }
+    } else if (what < 17) {
+      cache.drain_stream(key, [&](stream_key, void* p, std::size_t c) noexcept {
+        m.on_release(p, c, ~std::uint64_t{0});
+      });
+    } else if (mine.empty() || (mine.size() < 48 && rng() % 2 == 0)) {
       std::size_t const bytes = random_size();
       std::size_t const c     = cache.class_size(bytes);
       void* p                 = nullptr;
-      if (c != 0) {
-        ++n.takes;
-        p = cache.take(key, bytes);
-        if (p != nullptr) {
-          ++n.hits;
-          h.on_take(p, key, c);
-        }
+      if (c != 0 && (p = cache.take(key, bytes)) != nullptr) {
+        ++n.hits;
+        m.on_take(p, key, c);
+      } else {
+        p = m.pool_alloc(c != 0 ? c : bytes);
+        if (p != nullptr && c != 0) { static_cast<void>(cache.record(p, bytes)); }
       }
-      if (p == nullptr) { p = h.pool_alloc(c != 0 ? c : bytes); }
-      if (p != nullptr) { mine.push_back({p, bytes}); }
+      if (p != nullptr) { mine.push_back({p, bytes, false}); }
     } else {
       free_one(rng() % mine.size());
     }
-    if (drains && op % 4000 == 3999) {
-      if ((op / 4000) % 2 == 0) {
-        cache.drain_stream(key, drained);
-      } else {
-        cache.drain(drained);
-      }
-    }
-    if (check_each_op && cache.check_invariants() > cache.cap()) { ++n.cap_violations; }
   }
   while (!mine.empty()) { free_one(mine.size() - 1); }
 }
 
-void expect_clean_end(front_cache& cache,
-                      churn_harness& h,
-                      std::vector<churn_counts> const& counts)
-{
-  churn_counts total;
-  for (auto const& c : counts) {
-    total.takes += c.takes;
-    total.hits += c.hits;
-    total.refused_uncacheable += c.refused_uncacheable;
-    total.puts += c.puts;
-    total.accepted += c.accepted;
-    total.cap_violations += c.cap_violations;
-  }
-  EXPECT_EQ(total.cap_violations, 0U);
-  EXPECT_EQ(h.double_handouts(), 0U) << "a block was handed out while a user held it";
-  EXPECT_EQ(h.wrong_stream(), 0U) << "a block went to a stream it was not freed on";
-  EXPECT_EQ(h.wrong_class(), 0U);
-  EXPECT_EQ(h.errors(), 0U);
-  // Not a hit-rate target (scheduling and drains move it): only proof that hits were exercised.
-  EXPECT_GT(total.hits, 1000U) << "the churn should hit";
-
-  auto const s = cache.stats();
-  EXPECT_EQ(s.hits, total.hits);
-  EXPECT_EQ(s.hits + s.misses, total.takes);
-  EXPECT_EQ(s.refused_uncacheable, total.refused_uncacheable);
-  EXPECT_EQ(s.refused_cap + s.refused_uncacheable, total.puts - total.accepted);
-  EXPECT_GT(s.refused_cap, 0U) << "the churn should reach the cap";
-  EXPECT_LE(s.charged_high, cache.cap());
-  EXPECT_EQ(s.cached_bytes, cache.check_invariants());
-  EXPECT_EQ(s.cached_blocks, h.slots_in(churn_harness::cached));
-  EXPECT_EQ(h.slots_in(churn_harness::live), 0U);
-
-  std::size_t drained = 0;
-  cache.drain([&](stream_key, void* p, std::size_t bytes) noexcept {
-    h.on_drain(p, bytes);
-    ++drained;
-  });
-  EXPECT_EQ(drained, s.cached_blocks);
-  EXPECT_EQ(cache.stats().charged_bytes, 0U);
-  EXPECT_EQ(h.slots_in(churn_harness::in_pool), 8192U) << "every block is back in the pool";
-  EXPECT_EQ(h.errors(), 0U);
-}
-
-TEST(FrontCacheChurn, SingleThreadNeverExceedsTheCap)
+void run_stress(std::size_t threads, int ops)
 {
   front_cache cache{256 * KiB};
-  churn_harness h{8192};
-  std::vector<churn_counts> counts(3);
-  for (std::size_t i = 0; i < counts.size(); ++i) {
-    // Three streams from one thread, one after another, drains included.
-    churn(cache, h, i + 1, 17 + i, 20000, true, true, counts[i]);
-  }
-  expect_clean_end(cache, h, counts);
-}
-
-TEST(FrontCacheChurn, EightThreadsNeverExceedTheCapNorShareABlock)
-{
-  front_cache cache{256 * KiB};
-  churn_harness h{8192};
-  // Threads 0-3 have a stream each; 4-7 share one (as threads on the legacy null stream do).
-  std::vector<stream_key> const keys{11, 12, 13, 14, 99, 99, 99, 99};
-  std::vector<churn_counts> counts(keys.size());
+  shadow m{16384};
+  std::vector<stress_counts> counts(threads);
   std::atomic<bool> done{false};
-  std::atomic<std::uint64_t> monitor_violations{0};
-  std::atomic<std::uint64_t> monitor_checks{0};
-  std::thread monitor{[&] {
-    // check_invariants locks every bucket at once: its answer is the exact cached bytes at one
-    // instant, so an overshoot of the cap, however brief, is seen if it is there when it runs.
+  std::atomic<std::uint64_t> cap_violations{0};
+  std::atomic<std::uint64_t> releases{0};
+  // Releases and invariant checks from another thread while the others run.
+  std::thread controller{[&] {
+    std::mt19937_64 rng{7};
     while (!done.load()) {
-      try {
-        if (cache.check_invariants() > cache.cap()) { ++monitor_violations; }
-      } catch (std::logic_error const&) {
-        ++monitor_violations;
+      if (rng() % 4 == 0) {
+        cache.detach_all();
+      } else {
+        cache.detach_stale();
       }
-      ++monitor_checks;
+      std::uint64_t const proven = cache.begin_proof();
+      std::uint64_t const t      = logical_clock.fetch_add(1);
+      std::this_thread::yield();  // "the synchronization": others put meanwhile
+      {
+        std::unique_lock<std::shared_mutex> gate{release_gate};
+        cache.free_parked(proven, [&](stream_key, void* p, std::size_t c) noexcept {
+          m.on_release(p, c, t);
+        });
+      }
+      ++releases;
+      try {
+        if (cache.check_invariants() > cache.cap()) { ++cap_violations; }
+      } catch (std::logic_error const&) {
+        ++cap_violations;
+      }
       std::this_thread::yield();
     }
   }};
-  std::vector<std::thread> threads;
-  for (std::size_t t = 0; t < keys.size(); ++t) {
-    threads.emplace_back([&, t] {
-      churn(cache, h, keys[t], 1000 + t, 30000, /*drains=*/t % 3 == 0, false, counts[t]);
+  std::vector<std::thread> pool;
+  for (std::size_t t = 0; t < threads; ++t) {
+    // The last two threads share a stream (as threads on the legacy stream do) and keep it.
+    bool const shared = t + 2 >= threads && threads > 2;
+    stream_key const k = shared ? 99 : 11 + t;
+    pool.emplace_back([&, t, shared, k] {
+      stress_thread(cache, m, k, !shared, 1000 + t, ops, counts[t]);
     });
   }
-  for (auto& th : threads) { th.join(); }
+  for (auto& th : pool) { th.join(); }
   done.store(true);
-  monitor.join();
-  EXPECT_EQ(monitor_violations.load(), 0U);
-  EXPECT_GT(monitor_checks.load(), 0U);
-  expect_clean_end(cache, h, counts);
+  controller.join();
+
+  stress_counts total;
+  for (auto const& c : counts) {
+    total.hits += c.hits;
+    total.foreign_accepted += c.foreign_accepted;
+    total.double_accepted += c.double_accepted;
+    total.wrong_size_accepted += c.wrong_size_accepted;
+  }
+  EXPECT_EQ(m.double_handouts_.load(), 0U) << "an address was live twice";
+  EXPECT_EQ(m.graph_handouts_.load(), 0U) << "a graph's allocation was handed out";
+  EXPECT_EQ(m.wrong_stream_.load(), 0U) << "a block went to a stream it was not freed on";
+  EXPECT_EQ(m.wrong_class_.load(), 0U);
+  EXPECT_EQ(m.unproven_frees_.load(), 0U) << "a block put after a proof began was freed by it";
+  EXPECT_EQ(m.violations_.load(), 0U);
+  EXPECT_EQ(total.foreign_accepted, 0U);
+  EXPECT_EQ(total.double_accepted, 0U);
+  EXPECT_EQ(total.wrong_size_accepted, 0U);
+  EXPECT_EQ(cap_violations.load(), 0U);
+  EXPECT_GT(total.hits, 1000U) << "the stress should hit";
+  EXPECT_GT(releases.load(), 0U);
+  EXPECT_EQ(m.count(shadow::live), 0U);
+  EXPECT_EQ(m.count(shadow::graph), 0U);
+  // Everything still cached goes back; then every block is in the pool and the record is empty.
+  cache.detach_all();
+  cache.free_parked(cache.begin_proof(), [&](stream_key, void* p, std::size_t c) noexcept {
+    m.on_release(p, c, ~std::uint64_t{0});
+  });
+  EXPECT_EQ(m.count(shadow::in_pool), 16384U) << "every block is back in the pool";
+  EXPECT_EQ(m.violations_.load(), 0U);
+  auto const s = cache.stats();
+  EXPECT_EQ(s.charged_bytes, 0U);
+  EXPECT_EQ(s.recorded_blocks, 0U) << "the record holds nothing the pool has back";
+}
+
+TEST(FrontCacheStress, OneThreadAgainstTheShadowModel) { run_stress(1, 40000); }
+
+TEST(FrontCacheStress, EightThreadsReleasesAndReclaimsAgainstTheShadowModel)
+{
+  run_stress(8, 30000);
 }
 
 }  // namespace

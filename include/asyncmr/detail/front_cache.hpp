@@ -5,108 +5,112 @@
 
 /**
  * @file front_cache.hpp
- * @brief A per-stream cache of freed blocks that sits in front of a stream-ordered memory pool.
+ * @brief A per-stream cache of freed blocks in front of a stream-ordered memory pool, with an
+ * ownership record: it takes back only blocks it can show it handed out.
  *
  * No CUDA in here: a stream is an opaque 64-bit key and a block is a pointer plus a size, so the
- * whole mechanism is tested on a machine without a GPU. The resource that owns a cache does:
- *   - allocate(stream, bytes): when `class_size(bytes) != 0` and the stream is not capturing,
- *     `take(key, bytes)`; on a miss, allocate `class_size(bytes)` bytes from the pool.
- *   - deallocate(stream, ptr, bytes): `put(key, ptr, bytes)`; when it answers false, free `ptr`
- *     to the pool on `stream`.
- *   - trim / destruction: synchronize, then `drain(f)` and free every block `f` receives.
- * While a stream captures, the owner bypasses take AND put. A block allocated inside a capture
- * belongs to the graph (and has `bytes`, not the class size): its later deallocation must go to
- * the pool, never to `put`, or a relaunch finds its allocation unfreed and a larger request of
- * the same class overruns it. Such blocks are rare; the owner can remember them in a locked set
- * that `deallocate` consults only while it is non-empty.
+ * whole mechanism is tested on a machine without a GPU. The owner (src/stream_cache.cpp) binds it
+ * to CUDA streams and to a pool.
+ *
+ * ## The rules that make it sound
+ * 1. **Only recorded blocks are cached.** The owner records every block it allocates from the
+ *    pool for a cacheable request (`record`, at the class size). `put` accepts a block only if
+ *    the record holds it as handed out, at the class the free names; anything else (a graph's
+ *    allocation, another pool's block, a block of the pool that an uncached sibling allocated at
+ *    its exact size, a wrong size, a second free of a cached block) is answered without any
+ *    change, and the owner decides: a pool free, or a refusal to the caller. A captured
+ *    allocation is never recorded.
+ * 2. **A block goes only to the stream it was freed on.** A block put for key K is handed out
+ *    only to a `take` with key K, with no event: stream order on K makes that safe, as long as K
+ *    names one stream for the block's whole time in the cache (see "Stream keys").
+ * 3. **A block leaves the cache for the pool only when no stream can still use it:** either in
+ *    the order of its own stream (`drain_stream`, whose callback frees on that stream), or
+ *    after a device synchronization that started once the block was out of reach of every
+ *    `take` (`detach_all` / `detach_stale`, then `begin_proof`, synchronize, `free_parked`).
+ *    A block put after the detach is not covered, so it stays cached.
+ * 4. **The record forgets a block exactly when it goes back to the pool**, so an address the pool
+ *    hands out again is never mistaken for one the cache still owns.
+ * 5. **Nothing here allocates or throws on the hit path,** and every operation the owner calls
+ *    from a `noexcept` path is `noexcept` (the bookkeeping that could fail to allocate refuses
+ *    instead: a block the record has no room for is simply never cached).
  *
  * ## Size classes
  * Four classes per power of two from 256 bytes: 256, 320, 384, 448, 512, 640, 768, 896, 1024,
- * 1280, ... A request of `b >= 256` bytes gets the smallest class `>= b`; the class exceeds `b` by
- * less than `b / 4` (at most 25% waste; 19% on average over a doubling for uniform sizes).
- * Requests below 256 bytes get 256, the alignment every CUDA pool allocation has anyway.
- * Blocks above `max_block()` are not cached (`class_size` answers 0): the driver pool serves
- * them at a cost (~1 us) that is small next to the work a block that large feeds, and a cache of
- * large blocks would hold most of its cap in few blocks with up to 25% waste each.
+ * 1280, ... A request of `b >= 256` bytes gets the smallest class `>= b` (under 25% waste).
+ * Requests below 256 bytes get 256, the alignment every CUDA pool allocation has anyway. Blocks
+ * above `max_block()` are not cached (`class_size` answers 0).
  *
  * ## Cap
- * The bytes of cached blocks (counted at their class size) never exceed `cap()`, at any instant,
+ * The bytes of cached and parked blocks (class sizes) never exceed `cap()`, at any instant,
  * without a shared counter on the hit path: each stream's bucket holds *credit* reserved from a
  * global budget in chunks. `put` turns credit into cached bytes, `take` turns them back into
  * credit; a bucket goes to the global budget only when its credit runs out (reserve a chunk) or
- * piles up (return the excess). So cached bytes <= credit + cached bytes of all buckets
- * = cap - global budget <= cap. A put the bucket cannot cover, after reclaiming idle credit
- * from other buckets, is refused (the caller frees the block to the pool).
+ * piles up (return the excess). A bucket's chunk starts at one block and doubles with each
+ * reservation up to `chunk()`, so short-lived streams hold little idle credit.
  *
  * ## Stream keys (what the owner must get right)
- * A block put for key K is handed out only to a `take` with key K, with no event: that is safe
- * exactly when K names one CUDA stream for the whole time the block sits in the cache, because
- * then the later allocation is ordered after the free on that stream. Two traps with raw
- * `cudaStream_t` values as keys:
- *   - `cudaStreamPerThread` (and the null stream under per-thread default-stream builds) is one
- *     handle value for a different stream in every thread; the legacy null stream is a different
- *     stream per device. A key of the raw handle would hand a block freed on thread 1's stream
- *     to thread 2's stream with no ordering: a data race on the GPU.
- *   - CUDA reuses the handle value of a destroyed stream. `cudaStreamDestroy` returns at once
- *     while work queued on the stream still runs. A block freed on stream A just before
- *     destroying A could be handed to a new stream B that got A's handle value while A's work
- *     still reads or writes the block.
- * Keying by `cudaStreamGetId` (CUDA 12.0+; "unique for the life of the program", and it resolves
- * the special handles to the calling thread's / device's stream) removes both: a new stream
- * never sees an old stream's blocks. Blocks of a destroyed stream then stay cached (counted
- * against the cap) until `drain` (trim / destruction, after synchronizing) or `drain_stream`
- * (which the owner may offer to users as "release this stream's blocks before I destroy it").
- * If the owner keys by handle value instead, the rule it must state is: a block freed on a
- * stream that is then destroyed may be handed to a later stream with the same handle value;
- * this is safe only if all work queued on the destroyed stream before it was destroyed has
- * completed before the new stream's work uses the block (synchronize a stream before destroying
- * it, or release its blocks first), and `cudaStreamPerThread` must never be cached.
+ * Keys come from `cudaStreamGetId`: unique for the life of the process, and the special
+ * handles (`cudaStreamPerThread`, the legacy stream) resolve to the calling thread's / device's
+ * stream, so a new stream never sees an old stream's blocks.
+ *
+ * ## Dead and idle streams
+ * Blocks of a destroyed stream cannot be freed in its order any more. Every take and put stamps
+ * its bucket with the current *epoch*; `detach_stale` parks the blocks (and returns the credit)
+ * of every bucket not stamped since the previous call, then starts a new epoch. So a bucket is
+ * reclaimed once a whole epoch passed without it being used. The owner calls it from a
+ * background thread when refused puts say the cap is under pressure (`note_pressure`), and
+ * frees the parked blocks after a device synchronization. Buckets emptied that way are reused
+ * for new streams.
  *
  * ## Threads
  * `take` and `put` take no global lock: a thread-local table maps (cache id, key) to the key's
- * bucket; only the first time a thread meets a key does it visit the registry (a mutex). The
- * cache id is unique per cache object for the life of the process, so a table entry of a
- * destroyed cache never matches a new cache built at the same address. Each bucket has its own
- * small lock: threads that share a key (the legacy null stream) serialise on it; threads on
- * different keys never touch the same cache line on a hit.
+ * bucket; only the first time a thread meets a key does it take the registry lock. The cache id
+ * is unique per cache object for the life of the process. Each bucket has its own small lock;
+ * the ownership record is a lock-free table whose slots a thread mostly keeps to itself.
  */
+
+#include <asyncmr/front_cache_stats.hpp>
 
 #include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
 
 namespace asyncmr::detail {
 
-/// @brief Identifies one CUDA stream for the cache (see "Stream keys" in front_cache.hpp).
+/// @brief Identifies one CUDA stream for the cache (see "Stream keys").
 using stream_key = std::uint64_t;
 
-/// @brief Counters of one `front_cache`, summed over its streams when read.
-struct front_cache_stats {
-  std::uint64_t hits{};                 ///< takes served from the cache
-  std::uint64_t misses{};               ///< takes that returned nullptr (empty class or uncacheable)
-  std::uint64_t refused_cap{};          ///< puts refused because the cap was reached
-  std::uint64_t refused_uncacheable{};  ///< puts of sizes the cache does not hold (or nullptr)
-  std::size_t cached_bytes{};           ///< bytes of cached blocks now (class sizes)
-  std::size_t cached_blocks{};          ///< number of cached blocks now
-  /// Bytes charged against the cap now: cached bytes plus credit the buckets hold (<= cap).
-  std::size_t charged_bytes{};
-  /// Peak of `charged_bytes` since construction or `reset_peaks()`. An exact peak of the cached
-  /// bytes alone would need a shared counter on every hit; this one is exact for what it counts,
-  /// bounds the cached-bytes peak from above, and never exceeds the cap.
-  std::size_t charged_high{};
-  std::size_t streams{};  ///< buckets in use (keys met and not recycled)
+using front_cache_stats = asyncmr::front_cache_stats;
+
+/// @brief What `front_cache::put` did with a block.
+enum class put_status {
+  cached,          ///< the cache owns it now
+  refused,         ///< not kept (cap, or no host memory): the caller frees it to the pool
+  uncacheable,     ///< nullptr or a size the cache does not hold: the caller frees it
+  not_recorded,    ///< the cache never handed it out; nothing changed
+  wrong_size,      ///< handed out at another size class (`put_result::recorded_bytes`)
+  already_cached,  ///< it is in the cache already (a double free); nothing changed
 };
 
-/// @brief A test-and-test-and-set lock for a bucket: uncontended, one atomic exchange and one
-/// store; contended, it spins briefly and yields. With `std::mutex` in its place a hit pair in
-/// front_cache_bench cost ~48 ns instead of ~27-37 ns (2-core Xeon VM, 2026-11-30).
-class bucket_lock {
+/// @brief `put`'s answer: the status, and the class bytes the record holds for the block (0 when
+/// it holds none).
+struct put_result {
+  put_status status;
+  std::size_t recorded_bytes;
+};
+
+/**
+ * @brief A test-and-test-and-set lock: uncontended, one atomic exchange and one store;
+ * contended, it spins briefly and yields. Never throws (a `std::mutex` may), so it guards the
+ * paths that must be `noexcept`. With `std::mutex` in a bucket's place a hit pair in
+ * front_cache_bench cost ~48 ns instead of ~27-37 ns (2-core Xeon VM, 2026-11-30).
+ */
+class spin_lock {
  public:
   void lock() noexcept
   {
@@ -126,31 +130,36 @@ class bucket_lock {
 };
 
 /**
- * @brief Per-stream front cache of freed blocks, by size class, under a byte cap.
- * See the file comment for the size classes, the cap, stream keys and threads.
+ * @brief Per-stream front cache of freed blocks, by size class, under a byte cap, taking back
+ * only the blocks it recorded. See the file comment for the rules.
  */
 class front_cache {
  public:
-  static constexpr std::size_t min_class_bytes      = 256;  ///< smallest class, bytes
-  static constexpr unsigned classes_per_doubling    = 4;
-  static constexpr std::size_t default_max_block    = std::size_t{1} << 20;  ///< 1 MiB
-  static constexpr std::size_t max_block_limit      = std::size_t{1} << 26;  ///< 64 MiB
-  static constexpr std::size_t max_cap              = std::size_t{1} << 50;  ///< 1 PiB
+  static constexpr std::size_t min_class_bytes   = 256;  ///< smallest class, bytes
+  static constexpr unsigned classes_per_doubling = 4;
+  static constexpr std::size_t default_max_block = std::size_t{1} << 20;  ///< 1 MiB
+  static constexpr std::size_t max_block_limit   = std::size_t{1} << 26;  ///< 64 MiB
+  static constexpr std::size_t max_cap           = std::size_t{1} << 50;  ///< 1 PiB
   /// Number of classes from 256 bytes to `max_block_limit`.
   static constexpr std::size_t class_count = (26 - 8) * classes_per_doubling + 1;
+  /// Refused puts between two requests for a stale reclaim (`note_pressure`).
+  static constexpr unsigned pressure_window = 4;
 
   /**
    * @brief A cache that holds at most `cap_bytes` bytes of freed blocks.
-   * @param cap_bytes the cap, bytes; at least `min_class_bytes`. 0 means "no cache": the owner
-   *   then constructs none, so 0 is refused here.
-   * @param max_block_bytes the largest request cached, bytes; 0 picks
-   *   min(1 MiB, cap / 8), and never below 256. Rounded down to a class; must not exceed the cap
-   *   or 64 MiB.
-   * @throws std::invalid_argument naming the bad value
+   * @param cap_bytes the cap, bytes, in [256 B, 1 PiB]. 0 means "no cache": the owner then
+   *   constructs none, so 0 is refused here.
+   * @param max_block_bytes the largest request cached, bytes; 0 picks min(1 MiB, cap / 8), and
+   *   never below 256. Rounded down to a class; must not exceed the cap or 64 MiB.
+   * @param record_slots slots of the ownership record (rounded up to a power of two, at least
+   *   1024); 0 picks one slot per KiB of cap, between 4096 and 1 Mi slots (8 bytes each).
+   * @throws std::invalid_argument naming the bad value; std::bad_alloc
    */
-  explicit front_cache(std::size_t cap_bytes, std::size_t max_block_bytes = 0);
-  /// @brief Drops the bookkeeping. Blocks still cached are NOT freed (no CUDA here): the owner
-  /// drains first. No thread may be inside take/put/drain of this cache.
+  explicit front_cache(std::size_t cap_bytes,
+                       std::size_t max_block_bytes = 0,
+                       std::size_t record_slots    = 0);
+  /// @brief Drops the bookkeeping. Blocks still cached or parked are NOT freed (no CUDA here):
+  /// the owner releases them first. No thread may be inside another call of this cache.
   ~front_cache();
   front_cache(front_cache const&)            = delete;
   front_cache& operator=(front_cache const&) = delete;
@@ -171,63 +180,101 @@ class front_cache {
 
   /**
    * @brief A cached block of `class_size(bytes)` bytes last freed for `stream`, or nullptr (a
-   * miss: the class is empty, or the size is not cacheable). Lock-free except for the stream's
-   * own bucket lock.
+   * miss: the class is empty, or the size is not cacheable). The block is recorded as handed
+   * out again. Lock-free except for the stream's own bucket lock.
    */
   [[nodiscard]] void* take(stream_key stream, std::size_t bytes) noexcept;
 
   /**
-   * @brief Offers a block freed on `stream` to the cache. `bytes` is the size the block was
-   * requested with; it must have been allocated with at least `class_size(bytes)` bytes (every
-   * block from `take` or from a miss is). True: the cache owns it now. False (uncacheable size,
-   * nullptr, or the cap is reached): the caller still owns it and frees it to the pool.
-   * A pointer put twice is not detected (it would be handed out twice): it is the caller's
-   * double free, which the pool would have reported.
+   * @brief Records `ptr`, which the owner just allocated from the pool with
+   * `class_size(bytes)` bytes, as handed out, so that its free may be cached.
+   * @return false when the record has no room near the pointer's slot (or the pointer is not
+   * 256-byte aligned): the block is untracked and its free must go to the pool. Never throws.
    */
-  [[nodiscard]] bool put(stream_key stream, void* ptr, std::size_t bytes) noexcept;
+  [[nodiscard]] bool record(void* ptr, std::size_t bytes) noexcept;
 
   /**
-   * @brief Empties the cache, calling `f(stream_key, void* ptr, std::size_t class_bytes)` once
-   * for every block it held. `f` runs with no cache lock held (it may call CUDA and may touch
-   * the cache); it must not throw.
-   *
-   * Concurrency: safe against concurrent take/put/drain. Every block cached when `drain` began
-   * and not taken meanwhile is passed to exactly one `f` of one drain call; a block put while
-   * `drain` runs may stay cached. With no concurrent put, the cache is empty on return and its
-   * whole cap is back in the global budget.
-   *
-   * The key passed to `f` says which stream freed the block; it is not a handle to free it on
-   * (the stream may be gone). The owner synchronizes first and frees on a live stream.
+   * @brief Drops the record of a handed-out block the owner gives to the pool itself (a free
+   * made inside a stream capture). False if the record does not hold it as handed out.
+   */
+  bool forget(void* ptr) noexcept;
+
+  /// @brief The class bytes the record holds for `ptr` (handed out, cached or parked), or 0.
+  [[nodiscard]] std::size_t recorded_bytes(void const* ptr) const noexcept;
+
+  /**
+   * @brief Offers a block freed on `stream` to the cache; `bytes` is the size the caller says it
+   * was requested with. See `put_status` for the answers: only `refused` and `uncacheable` leave
+   * the block with the caller to free to the pool (and `refused` also drops its record); the
+   * others change nothing.
+   */
+  [[nodiscard]] put_result put(stream_key stream, void* ptr, std::size_t bytes) noexcept;
+
+  /**
+   * @brief After a refused put: counts it, and answers true once every `pressure_window`
+   * refusals, when the owner should ask for a stale reclaim (`detach_stale`).
+   */
+  [[nodiscard]] bool note_pressure() noexcept;
+
+  // ---- leaving for the pool ------------------------------------------------------------------
+
+  /**
+   * @brief Moves every cached block out of reach of `take` ("parks" it); parked blocks stay
+   * charged against the cap and recorded until `free_parked` frees them. Returns how many
+   * blocks were parked now.
+   */
+  std::size_t detach_all() noexcept;
+  /**
+   * @brief Parks the blocks, and returns the idle credit, of every bucket not used since the
+   * previous call (see "Dead and idle streams"), recycles the buckets that become empty, and
+   * starts a new epoch. Returns how many blocks were parked now.
+   */
+  std::size_t detach_stale() noexcept;
+  /**
+   * @brief Marks the start of a synchronization: the value returned proves every block parked
+   * before this call, once a device synchronization that started after it has completed.
+   */
+  [[nodiscard]] std::uint64_t begin_proof() noexcept;
+  /**
+   * @brief Frees the blocks parked before the `begin_proof` that returned `proven`:
+   * `f(stream_key, void* ptr, std::size_t class_bytes)` once per block, with no lock of the
+   * cache held; their record is dropped first and their charge returns to the budget. `f` must
+   * not throw. Returns how many blocks `f` received.
    */
   template <class F>
-  void drain(F&& f)
+  std::size_t free_parked(std::uint64_t proven, F&& f) noexcept
   {
     static_assert(std::is_nothrow_invocable_v<F&, stream_key, void*, std::size_t>,
-                  "drain's callback must be noexcept (a throw would lose the remaining blocks)");
-    drain_impl(false, 0, &call<std::remove_reference_t<F>>, erase(f));
+                  "free_parked's callback must be noexcept (a throw would lose blocks)");
+    return free_parked_impl(false, proven, 0, &call<std::remove_reference_t<F>>, erase(f));
   }
   /**
-   * @brief Like `drain`, for the blocks of one stream only. The owner may free them on that
-   * stream in stream order (no synchronization) while the stream is alive.
+   * @brief Frees the cached blocks of one stream, for the owner to give to the pool in that
+   * stream's order (no synchronization needed while the stream is alive): `f` as for
+   * `free_parked`. Returns how many blocks `f` received.
    */
   template <class F>
-  void drain_stream(stream_key stream, F&& f)
+  std::size_t drain_stream(stream_key stream, F&& f) noexcept
   {
     static_assert(std::is_nothrow_invocable_v<F&, stream_key, void*, std::size_t>,
                   "drain_stream's callback must be noexcept");
-    drain_impl(true, stream, &call<std::remove_reference_t<F>>, erase(f));
+    return free_parked_impl(true, 0, stream, &call<std::remove_reference_t<F>>, erase(f));
   }
 
+  // ---- statistics ------------------------------------------------------------------------------
+
   /// @brief Bytes of cached blocks now (class sizes); sums the buckets under their locks.
-  [[nodiscard]] std::size_t bytes() const;
+  [[nodiscard]] std::size_t bytes() const noexcept;
+  /// @brief Blocks cached or parked now (what a release would free).
+  [[nodiscard]] std::size_t held_blocks() const noexcept;
   /// @brief All counters (see `front_cache_stats`); sums the buckets under their locks.
-  [[nodiscard]] front_cache_stats stats() const;
+  [[nodiscard]] front_cache_stats stats() const noexcept;
   /// @brief Restarts `charged_high` from the bytes charged now.
   void reset_peaks() noexcept;
   /**
-   * @brief For tests and debugging: locks every bucket at once (stalling all takes and puts)
-   * and checks that the buckets' charges plus the global budget equal the cap and that each
-   * bucket's counts match its lists.
+   * @brief For tests and debugging: locks every bucket at once and checks that the buckets'
+   * charges plus the global budget equal the cap, that each bucket's counts match its lists,
+   * and that every cached or parked block is recorded as such.
    * @return the exact bytes cached at that instant (<= cap)
    * @throws std::logic_error naming the broken invariant
    */
@@ -235,8 +282,10 @@ class front_cache {
 
   [[nodiscard]] std::size_t cap() const noexcept { return cap_; }
   [[nodiscard]] std::size_t max_block() const noexcept { return max_block_; }
-  /// @brief Credit a bucket reserves from the global budget at a time, bytes.
+  /// @brief The most credit a bucket reserves from the global budget at a time, bytes.
   [[nodiscard]] std::size_t chunk() const noexcept { return chunk_; }
+  /// @brief Slots of the ownership record.
+  [[nodiscard]] std::size_t record_slots() const noexcept { return slot_mask_ + 1; }
   /// @brief This cache's id: unique among all caches of the process, never reused.
   [[nodiscard]] std::uint64_t id() const noexcept { return id_; }
 
@@ -277,25 +326,48 @@ class front_cache {
     return static_cast<unsigned>(63 - __builtin_clzll(v));
   }
 
+  // The ownership record (see front_cache.cpp).
+  [[nodiscard]] std::atomic<std::uint64_t>* find_slot(void const* ptr) const noexcept;
+
   bucket* find(stream_key stream) noexcept;
   bucket* find_slow(stream_key stream) noexcept;
+  bucket* spare_or_new(stream_key stream) noexcept;
   bool reserve(bucket& b, std::size_t need) noexcept;
   void give_back_excess(bucket& b) noexcept;
   void reclaim_idle_credit(bucket const* except) noexcept;
-  void drain_impl(bool one, stream_key stream, drain_fn f, void* ctx);
+  std::size_t park(bucket& b) noexcept;
+  std::size_t free_parked_impl(bool one, std::uint64_t proven, stream_key stream, drain_fn f,
+                               void* ctx) noexcept;
 
   std::size_t cap_;
   std::size_t max_block_;
   std::size_t chunk_;
-  std::size_t keep_credit_;  // a bucket holding more idle credit than this returns the excess
   std::uint64_t id_;
 
   alignas(64) std::atomic<std::size_t> available_;  // the global budget, bytes
   std::atomic<std::size_t> charged_high_;
 
-  alignas(64) mutable std::mutex registry_mutex_;
+  // Read on every take and put (a line nobody writes on the hit path); advanced by
+  // detach_stale.
+  alignas(64) std::atomic<std::uint64_t> epoch_{1};
+  std::atomic<std::uint64_t> proof_{1};  // begin_proof's counter (see park / free_parked)
+
+  alignas(64) std::atomic<std::uint64_t> refusals_{0};
+  std::atomic<std::uint64_t> refused_since_hint_{0};
+  std::atomic<std::size_t> recorded_{0};
+  std::atomic<std::uint64_t> untracked_{0};
+  std::atomic<std::uint64_t> reclaims_{0};
+  std::atomic<std::uint64_t> reclaimed_blocks_{0};
+
+  // The ownership record: slot_mask_ + 1 slots of (pointer | class index | cached bit).
+  std::unique_ptr<std::atomic<std::uint64_t>[]> slots_;
+  std::size_t slot_mask_{0};
+
+  alignas(64) mutable spin_lock registry_lock_;
   std::unordered_map<stream_key, bucket*> by_key_;
   std::vector<std::unique_ptr<bucket>> buckets_;  // never shrinks while the cache lives
+  std::vector<bucket*> spare_;                    // emptied stale buckets, reused first
+  std::size_t recycle_cursor_{0};
 };
 
 }  // namespace asyncmr::detail
