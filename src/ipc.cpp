@@ -8,7 +8,10 @@
 // exporter's allocation completed, and must release it before the exporter frees it; an
 // imported pool cannot be allocated from.
 
+#include "detail/driver_api.hpp"
 #include "detail/pool_state.hpp"
+
+#include <asyncmr/detail/blocking.hpp>
 
 #include <asyncmr/capability.hpp>
 #include <asyncmr/detail/capture_mode.hpp>
@@ -19,6 +22,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace asyncmr {
 
@@ -110,7 +114,31 @@ mem_pool mem_pool::import_fd(int fd, asyncmr::location location, allocation_type
 
 bool mem_pool::imported() const noexcept { return state_->imported; }
 
-void* mem_pool::import_pointer(exported_pointer const& data) const
+namespace {
+
+// The bytes the driver mapped at `ptr` (CU_POINTER_ATTRIBUTE_RANGE_START_ADDR / _RANGE_SIZE), or
+// 0 when it cannot say: the size an importer may use, whatever its peer claims.
+std::size_t mapped_bytes(void* ptr) noexcept
+{
+  using get_fn = int (*)(void*, int, unsigned long long);
+  static auto const get =
+    reinterpret_cast<get_fn>(detail::driver_entry_point("cuPointerGetAttribute", 4000));
+  if (get == nullptr) { return 0; }
+  auto const address         = static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(ptr));
+  unsigned long long start   = 0;
+  std::size_t size           = 0;
+  constexpr int range_start  = 11;
+  constexpr int range_size   = 12;
+  if (get(&start, range_start, address) != 0 || get(&size, range_size, address) != 0 ||
+      start > address) {
+    return 0;
+  }
+  return size - static_cast<std::size_t>(address - start);
+}
+
+}  // namespace
+
+imported_allocation mem_pool::import_pointer(exported_pointer const& data) const
 {
   cudaMemPool_t const h = handle();
   if (!state_->imported) {
@@ -119,8 +147,12 @@ void* mem_pool::import_pointer(exported_pointer const& data) const
   }
   cudaMemPoolPtrExportData raw{};
   std::memcpy(&raw, data.bytes, sizeof raw);
-  void* ptr         = nullptr;
-  auto const status = cudaMemPoolImportPointer(&ptr, h, &raw);
+  void* ptr = nullptr;
+  cudaError_t status{};
+  {
+    detail::relaxed_capture_guard guard;
+    status = cudaMemPoolImportPointer(&ptr, h, &raw);
+  }
   if (status == cudaErrorInvalidValue) {
     detail::clear_own_error(status);
     throw std::invalid_argument{
@@ -129,20 +161,65 @@ void* mem_pool::import_pointer(exported_pointer const& data) const
       "this one imports"};
   }
   if (status != cudaSuccess) { detail::throw_cuda_error(status, "cudaMemPoolImportPointer"); }
-  state_->live_imports.fetch_add(1);
-  return ptr;
+  state_->live_imports.fetch_add(1);  // counted before anything else can fail
+  return imported_allocation{*this, ptr, mapped_bytes(ptr)};
 }
 
-void mem_pool::release_imported(void* ptr, cudaStream_t stream) const
+imported_allocation::imported_allocation(mem_pool pool, void* ptr, std::size_t size) noexcept
+  : pool_{std::move(pool)}, ptr_{ptr}, size_{size}
 {
-  if (!state_->imported) {
-    throw std::invalid_argument{"asyncmr: release_imported needs an imported pool"};
+}
+
+imported_allocation::imported_allocation(imported_allocation&& other) noexcept
+  : pool_{std::move(other.pool_)},
+    ptr_{std::exchange(other.ptr_, nullptr)},
+    size_{std::exchange(other.size_, 0)}
+{
+}
+
+imported_allocation& imported_allocation::operator=(imported_allocation&& other) noexcept
+{
+  if (this != &other) {
+    this->~imported_allocation();
+    new (this) imported_allocation{std::move(other)};
   }
-  if (ptr == nullptr) { return; }
-  ASYNCMR_CUDA_TRY(cudaFreeAsync(ptr, stream));
-  auto const status = cudaStreamSynchronize(stream);
-  state_->live_imports.fetch_sub(1);  // the free has run: the import may be destroyed now
-  if (status != cudaSuccess) { detail::throw_cuda_error(status, "cudaStreamSynchronize"); }
+  return *this;
+}
+
+imported_allocation::~imported_allocation()
+{
+  if (ptr_ == nullptr) { return; }
+  try {
+    release(nullptr);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the import stays counted; nothing is freed twice
+  }
+}
+
+void imported_allocation::release(cudaStream_t stream)
+{
+  if (ptr_ == nullptr) { return; }
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  auto const query                = cudaStreamIsCapturing(stream, &capture);
+  detail::clear_own_error(query);
+  if (query != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+    throw unsupported_error{
+      "asyncmr: an imported allocation cannot be released on a stream that is capturing (a "
+      "graph cannot free another process's memory); release it outside the capture. Nothing "
+      "was changed"};
+  }
+  ASYNCMR_CUDA_TRY(cudaFreeAsync(ptr_, stream));
+  ptr_ = nullptr;  // the free is enqueued: never again
+  cudaError_t status{};
+  {
+    detail::blocking_region wait;
+    status = cudaStreamSynchronize(stream);
+  }
+  if (status != cudaSuccess) {
+    // The free may not have run: the import stays counted, so the pool outlives it.
+    detail::throw_cuda_error(status, "cudaStreamSynchronize after releasing an imported allocation "
+                                     "(the import stays counted)");
+  }
+  pool_.state_->live_imports.fetch_sub(1);  // the free has run: the import may be destroyed now
 }
 
 }  // namespace asyncmr

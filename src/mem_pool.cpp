@@ -9,6 +9,7 @@
 #include "detail/pool_state.hpp"
 
 #include <asyncmr/capability.hpp>
+#include <asyncmr/detail/blocking.hpp>
 #include <asyncmr/detail/capture_mode.hpp>
 #include <asyncmr/error.hpp>
 #include <asyncmr/mem_pool.hpp>
@@ -53,6 +54,26 @@ std::shared_ptr<pool_state> view_state(cudaMemPool_t handle, location where, all
   return state;
 }
 
+std::string mib(std::uint64_t bytes)
+{
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return text;
+}
+
+// What the pool holds, for an out-of-memory message: "pool: reserved X MiB, used Y MiB".
+std::string describe_usage(cudaMemPool_t h)
+{
+  std::uint64_t reserved = 0, used = 0;
+  relaxed_capture_guard guard;
+  auto const a = cudaMemPoolGetAttribute(h, cudaMemPoolAttrReservedMemCurrent, &reserved);
+  auto const b = cudaMemPoolGetAttribute(h, cudaMemPoolAttrUsedMemCurrent, &used);
+  clear_own_error(a);
+  clear_own_error(b);
+  if (a != cudaSuccess || b != cudaSuccess) { return "pool: usage unknown"; }
+  return "pool: reserved " + mib(reserved) + ", used " + mib(used);
+}
+
 [[noreturn]] void throw_allocation_error(cudaError_t error,
                                          std::size_t bytes,
                                          cudaStream_t stream,
@@ -76,7 +97,8 @@ std::shared_ptr<pool_state> view_state(cudaMemPool_t handle, location where, all
   }
   if (error == cudaErrorMemoryAllocation) {
     throw rmm::out_of_memory{"asyncmr: out of memory allocating " + what +
-                             " (cudaMallocFromPoolAsync: cudaErrorMemoryAllocation)"};
+                             " (cudaMallocFromPoolAsync: cudaErrorMemoryAllocation); " +
+                             describe_usage(s.handle.load())};
   }
   throw_cuda_error(error, ("cudaMallocFromPoolAsync(" + what + ")").c_str());
 }
@@ -417,6 +439,7 @@ void mem_pool::trim_to(std::size_t min_bytes_to_keep) const
 {
   cudaMemPool_t const h = handle();
   detail::relaxed_capture_guard guard;
+  detail::blocking_region wait;
   ASYNCMR_CUDA_TRY(cudaMemPoolTrimTo(h, min_bytes_to_keep));
 }
 
@@ -436,6 +459,7 @@ void mem_pool::set_access(std::vector<int> const& devices, access_mode mode) con
     descs.push_back(d);
   }
   if (descs.empty()) { return; }
+  detail::blocking_region wait;  // the driver may wait for the device to change the mappings
   ASYNCMR_CUDA_TRY(cudaMemPoolSetAccess(h, descs.data(), descs.size()));
 }
 

@@ -5,16 +5,14 @@
 #include <asyncmr/async_managed_memory_resource.hpp>
 #include <asyncmr/async_pinned_memory_resource.hpp>
 #include <asyncmr/capability.hpp>
-#include <asyncmr/detail/capture_mode.hpp>
 #include <asyncmr/error.hpp>
 
-#include "detail/driver_api.hpp"
+#include "detail/stream_cache.hpp"
+
+#include <asyncmr/detail/blocking.hpp>
 
 #include <rmm/logger.hpp>
 
-#include <mutex>
-#include <type_traits>
-#include <unordered_set>
 #include <utility>
 
 #include <atomic>
@@ -130,127 +128,50 @@ void configure_adopted_pool(mem_pool& pool,
   if (host_pool) { grant_access(pool, accessible_from); }
 }
 
-// ---- the front cache --------------------------------------------------------------------
+// ---- allocation -------------------------------------------------------------------------
 
 namespace {
 
 std::atomic<std::uint64_t> refused_frees{0};
 
-// The two questions a cache hit asks of the stream, asked of the driver directly: through the
-// runtime each costs ~47 ns on the H200 with driver 580 (cache_bench), twice the budget a hit
-// pair has for both, most of it the runtime's own checks. The runtime's special handles are
-// the driver's (cudaStreamLegacy = CU_STREAM_LEGACY, cudaStreamPerThread =
-// CU_STREAM_PER_THREAD, 0 = the legacy stream in code not built for per-thread default
-// streams). The driver needs a current context for those; without one it refuses, and the
-// runtime answers (and makes the context current for the next time).
-struct stream_queries {
-  int (*is_capturing)(cudaStream_t, int*)            = nullptr;  // cuStreamIsCapturing
-  int (*get_id)(cudaStream_t, unsigned long long*)   = nullptr;  // cuStreamGetId
-};
-
-stream_queries const& driver_queries() noexcept
+std::string address(void const* ptr)
 {
-  static stream_queries const queries = [] {
-    stream_queries q;
-    auto find = [](char const* symbol, int version, auto& fn) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
-        detail::driver_entry_point(symbol, version));
-    };
-    find("cuStreamIsCapturing", 10000, q.is_capturing);
-    find("cuStreamGetId", 12000, q.get_id);
-    return q;
-  }();
-  return queries;
-}
-
-// True when `stream` is capturing, or when that cannot be told (then the cache stays out).
-bool capturing(cudaStream_t stream) noexcept
-{
-  if (auto* const is_capturing = driver_queries().is_capturing) {
-    int status = 0;  // CU_STREAM_CAPTURE_STATUS_NONE
-    if (is_capturing(stream, &status) == 0) { return status != 0; }
-  }
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  auto const e                   = cudaStreamIsCapturing(stream, &status);
-  clear_own_error(e);
-  return e != cudaSuccess || status != cudaStreamCaptureStatusNone;
-}
-
-// The stream's id, unique for the life of the process (special handles resolve to the calling
-// thread's or device's stream); false when neither the driver nor the runtime can say.
-bool key_of(cudaStream_t stream, stream_key& key) noexcept
-{
-  unsigned long long id = 0;
-  if (auto* const get_id = driver_queries().get_id; get_id != nullptr && get_id(stream, &id) == 0) {
-    key = id;
-    return true;
-  }
-  auto const e = cudaStreamGetId(stream, &id);
-  clear_own_error(e);
-  key = id;
-  return e == cudaSuccess;
-}
-
-// Waits for every visible device, so no stream still uses any cached block.
-void synchronize_devices() noexcept
-{
-  relaxed_capture_guard guard;
-  int count = 0;
-  int current = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || cudaGetDevice(&current) != cudaSuccess) {
-    clear_own_error(cudaErrorInvalidValue);
-    return;
-  }
-  for (int d = 0; d < count; ++d) {
-    if (cudaSetDevice(d) == cudaSuccess) { clear_own_error(cudaDeviceSynchronize()); }
-  }
-  clear_own_error(cudaSetDevice(current));
+  char text[32];
+  std::snprintf(text, sizeof text, "%p", ptr);
+  return text;
 }
 
 }  // namespace
 
-struct pool_resource_base::cache_state {
-  front_cache cache;
-  // Blocks allocated inside a capture belong to the graph and must never enter the cache.
-  std::mutex captured_mutex;
-  std::unordered_set<void*> captured;
-  std::atomic<std::size_t> captured_count{0};
-
-  explicit cache_state(std::size_t cap) : cache{cap} {}
-  cache_state(cache_state const&)            = delete;
-  cache_state& operator=(cache_state const&) = delete;
-  ~cache_state() { release(); }
-
-  void remember_captured(void* ptr)
-  {
-    std::lock_guard<std::mutex> lock{captured_mutex};
-    captured.insert(ptr);
-    captured_count.store(captured.size(), std::memory_order_release);
+std::string describe_free_failure(free_result const& result, void const* ptr, std::size_t bytes)
+{
+  std::string const block = address(ptr) + " (" + std::to_string(bytes) + " bytes)";
+  switch (result.status) {
+    case free_status::freed: return {};
+    case free_status::not_this_resource:
+      return "asyncmr: " + block + " was not allocated by this resource: the driver says it "
+             "belongs to another pool; nothing was freed";
+    case free_status::wrong_size:
+      return "asyncmr: " + address(ptr) + " was handed out as a " +
+             std::to_string(result.recorded_bytes) + "-byte block, but deallocate was given " +
+             std::to_string(bytes) + " bytes (another size class); nothing was freed";
+    case free_status::already_free:
+      return "asyncmr: double free of " + block +
+             ": the block is in the front cache already; nothing was freed";
+    case free_status::driver_refused: break;
   }
+  return "asyncmr: cudaFreeAsync(" + block + ") failed: " + cudaGetErrorName(result.error) +
+         " (" + cudaGetErrorString(result.error) + "); a double free, or a pointer this "
+         "resource did not allocate?";
+}
 
-  bool forget_captured(void* ptr) noexcept
-  {
-    if (captured_count.load(std::memory_order_acquire) == 0) { return false; }
-    std::lock_guard<std::mutex> lock{captured_mutex};
-    bool const found = captured.erase(ptr) != 0;
-    captured_count.store(captured.size(), std::memory_order_release);
-    return found;
-  }
+pool_resource_base::pool_resource_base(mem_pool pool) : pool_{std::move(pool)} {}
 
-  void release() noexcept
-  {
-    if (cache.stats().cached_blocks == 0) { return; }
-    synchronize_devices();
-    cache.drain([](stream_key, void* ptr, std::size_t) noexcept {
-      clear_own_error(cudaFreeAsync(ptr, cudaStreamPerThread));
-    });
-    clear_own_error(cudaStreamSynchronize(cudaStreamPerThread));
-  }
-};
-
-pool_resource_base::pool_resource_base(mem_pool pool, std::size_t cache_bytes)
+pool_resource_base::pool_resource_base(mem_pool pool,
+                                       std::size_t cache_bytes,
+                                       std::optional<int> device)
   : pool_{std::move(pool)},
-    cache_{cache_bytes != 0 ? std::make_shared<cache_state>(cache_bytes) : nullptr}
+    cache_{cache_bytes != 0 ? stream_cache::make(pool_, cache_bytes, device) : nullptr}
 {
 }
 
@@ -258,18 +179,22 @@ pool_resource_base::~pool_resource_base() = default;
 
 std::size_t pool_resource_base::cache_capacity() const noexcept
 {
-  return cache_ ? cache_->cache.cap() : 0;
+  return cache_ ? cache_->cap() : 0;
 }
 
 std::optional<front_cache_stats> pool_resource_base::cache_stats() const
 {
   if (!cache_) { return std::nullopt; }
-  return cache_->cache.stats();
+  return cache_->stats();
 }
 
 void pool_resource_base::release_cache()
 {
-  if (cache_) { cache_->release(); }
+  if (!cache_) { return; }
+  if (auto const status = cache_->release(); status != cudaSuccess) {
+    throw_cuda_error(status, "synchronizing the devices before freeing the front cache's blocks "
+                             "(they stay allocated)");
+  }
 }
 
 void pool_resource_base::trim_to(std::size_t min_bytes_to_keep)
@@ -277,8 +202,6 @@ void pool_resource_base::trim_to(std::size_t min_bytes_to_keep)
   release_cache();
   pool_.trim_to(min_bytes_to_keep);
 }
-
-// ---- allocation -------------------------------------------------------------------------
 
 void* pool_resource_base::allocate(cuda::stream_ref stream, std::size_t bytes, std::size_t alignment)
 {
@@ -288,44 +211,30 @@ void* pool_resource_base::allocate(cuda::stream_ref stream, std::size_t bytes, s
   }
   if (bytes == 0) { return nullptr; }
   cudaStream_t const s = stream.get();
-  if (cache_) {
-    auto& c               = *cache_;
-    std::size_t const cls = c.cache.class_size(bytes);
-    if (cls != 0) {
-      if (capturing(s)) {
-        void* ptr = pool_.allocate_async(cls, s);
-        c.remember_captured(ptr);
-        return ptr;
-      }
-      stream_key key{};
-      if (key_of(s, key)) {
-        if (pool_.closed()) {
-          throw pool_closed_error{"asyncmr: allocating from a memory pool that was closed"};
-        }
-        if (void* ptr = c.cache.take(key, bytes)) { return ptr; }
-      }
-      // Every cacheable block has its class size, so any block of the class can serve a later
-      // request of the class.
-      return pool_.allocate_async(cls, s);
-    }
+  if (cache_) { return cache_->allocate(s, bytes); }
+  try {
+    return pool_.allocate_async(bytes, s);
+  } catch (rmm::out_of_memory const&) {
+    // Caches of other resources on this pool may hold what this allocation needs.
+    if (release_caches_of(pool_.handle_or_null(), nullptr) == 0) { throw; }
   }
   return pool_.allocate_async(bytes, s);
 }
 
-cudaError_t pool_resource_base::deallocate_checked(cuda::stream_ref stream,
+free_result pool_resource_base::deallocate_checked(cuda::stream_ref stream,
                                                    void* ptr,
                                                    std::size_t bytes) noexcept
 {
-  if (ptr == nullptr) { return cudaSuccess; }
-  cudaStream_t const s = stream.get();
-  if (cache_ && cache_->cache.class_size(bytes) != 0 && !cache_->forget_captured(ptr) &&
-      !capturing(s)) {
-    stream_key key{};
-    if (key_of(s, key) && cache_->cache.put(key, ptr, bytes)) { return cudaSuccess; }
+  if (ptr == nullptr) { return {}; }
+  free_result result{};
+  if (cache_) {
+    result = cache_->deallocate(stream.get(), ptr, bytes);
+  } else if (auto const status = mem_pool::deallocate_async(ptr, stream.get());
+             status != cudaSuccess) {
+    result = {free_status::driver_refused, status, 0};
   }
-  auto const status = mem_pool::deallocate_async(ptr, s);
-  if (status != cudaSuccess) { refused_frees.fetch_add(1, std::memory_order_relaxed); }
-  return status;
+  if (!result.ok()) { refused_frees.fetch_add(1, std::memory_order_relaxed); }
+  return result;
 }
 
 void pool_resource_base::deallocate(cuda::stream_ref stream,
@@ -333,19 +242,19 @@ void pool_resource_base::deallocate(cuda::stream_ref stream,
                                     std::size_t bytes,
                                     std::size_t) noexcept
 {
-  auto const status = deallocate_checked(stream, ptr, bytes);
-  if (status == cudaSuccess) { return; }
-  char text[32];
-  std::snprintf(text, sizeof text, "%p", ptr);
-  RMM_LOG_ERROR("asyncmr: cudaFreeAsync(%s, %zu bytes) failed: %s (%s); a double free, or a "
-                "pointer this resource did not allocate?",
-                text, bytes, cudaGetErrorName(status), cudaGetErrorString(status));
-  assert(status == cudaSuccess);  // NOLINT: debug builds stop here, as RMM's resources do
+  auto const result = deallocate_checked(stream, ptr, bytes);
+  if (result.ok()) { return; }
+  try {
+    RMM_LOG_ERROR("%s", describe_free_failure(result, ptr, bytes).c_str());
+  } catch (...) {  // NOLINT(bugprone-empty-catch): no host memory for the message
+  }
+  assert(result.ok());  // NOLINT: debug builds stop here, as RMM's resources do
 }
 
 void* pool_resource_base::allocate_sync(std::size_t bytes, std::size_t alignment)
 {
   void* ptr = allocate(cuda::stream_ref{cudaStreamPerThread}, bytes, alignment);
+  blocking_region wait;
   ASYNCMR_CUDA_TRY(cudaStreamSynchronize(cudaStreamPerThread));
   return ptr;
 }
@@ -386,7 +295,7 @@ async_managed_memory_resource::async_managed_memory_resource(managed_resource_op
                                              .release_threshold = o.release_threshold,
                                              .accessible_from   = o.accessible_from,
                                              .device            = device}),
-                       o.cache},
+                       o.cache, device},
     device_{device}
 {
 }
@@ -410,7 +319,7 @@ async_managed_memory_resource::async_managed_memory_resource(mem_pool pool,
       bool const remote = w ? w->is_host() : pool.access(device) == access_mode::none;
       detail::configure_adopted_pool(pool, o.release_threshold, o.accessible_from, remote);
       return pool;
-    }(), o.cache},
+    }(), o.cache, device},
     device_{device}
 {
 }
@@ -425,7 +334,7 @@ async_pinned_memory_resource::async_pinned_memory_resource(pinned_resource_optio
                                    .release_threshold = o.release_threshold,
                                    .accessible_from   = o.accessible_from,
                                    .device            = current_device()});
-    }(), o.cache}
+    }(), o.cache, std::nullopt}
 {
 }
 
@@ -436,7 +345,7 @@ async_pinned_memory_resource::async_pinned_memory_resource(mem_pool pool,
       detail::require_type(pool, allocation_type::pinned, "AsyncPinnedMR");
       detail::configure_adopted_pool(pool, o.release_threshold, o.accessible_from, true);
       return pool;
-    }(), o.cache}
+    }(), o.cache, std::nullopt}
 {
 }
 
@@ -452,23 +361,36 @@ async_device_memory_resource::async_device_memory_resource(device_resource_optio
                                              .source            = o.source,
                                              .release_threshold = o.release_threshold,
                                              .device            = device}),
-                       o.cache},
+                       o.cache, device},
     device_{device}
 {
 }
 
 async_device_memory_resource::async_device_memory_resource(mem_pool pool,
                                                            device_resource_options const& o)
-  : pool_resource_base{[&] {
+  : async_device_memory_resource{[&] {
       detail::require_cache_cap(o.cache);  // before any pool is touched
       detail::require_type(pool, allocation_type::device, "AsyncDeviceMR");
       detail::configure_adopted_pool(pool, o.release_threshold, std::nullopt, false);
       return pool;
-    }(), o.cache},
-    device_{[&] {
-      auto const w = this->pool().location();
+    }(), o, adopted_tag{}}
+{
+}
+
+async_device_memory_resource::async_device_memory_resource(mem_pool pool,
+                                                           device_resource_options const& o,
+                                                           adopted_tag)
+  : async_device_memory_resource{pool, o, [&] {
+      auto const w = pool.location();
       return (w && w->kind == location_kind::device) ? w->id : detail::resolve_device(o.device);
     }()}
+{
+}
+
+async_device_memory_resource::async_device_memory_resource(mem_pool pool,
+                                                           device_resource_options const& o,
+                                                           int device)
+  : pool_resource_base{std::move(pool), o.cache, device}, device_{device}
 {
 }
 

@@ -48,8 +48,11 @@ class async_device_memory_resource final : public detail::pool_resource_base {
   }
 
  private:
-  // The pool-obtaining constructor resolves the device once and delegates here.
+  // The constructors resolve the device once and delegate here.
+  struct adopted_tag {};
   async_device_memory_resource(device_resource_options const& options, int device);
+  async_device_memory_resource(mem_pool pool, device_resource_options const& options, adopted_tag);
+  async_device_memory_resource(mem_pool pool, device_resource_options const& options, int device);
 
   int device_{};
 };

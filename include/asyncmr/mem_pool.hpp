@@ -41,7 +41,7 @@ struct exported_pointer {
  * @brief The export data of `ptr`, an allocation from a pool created with export handle types
  * (`cudaMemPoolExportPointer`). Export the pool (`mem_pool::export_fd`) first: the 580 driver
  * refuses the pointers of a pool it has not exported. The allocating process must not free
- * `ptr` before every importer has released it (`mem_pool::release_imported`).
+ * `ptr` before every importer has released it (`imported_allocation::release`).
  */
 [[nodiscard]] exported_pointer export_pointer(void* ptr);
 
@@ -59,6 +59,8 @@ struct pool_properties {
 namespace detail {
 struct pool_state;
 }
+
+class imported_allocation;
 
 /**
  * @brief A handle to a CUDA memory pool: a cheap, copyable, shared reference.
@@ -165,16 +167,9 @@ class mem_pool {
   /**
    * @brief Maps an allocation the exporting process made from this (imported) pool
    * (`cudaMemPoolImportPointer`). It must not be used before the exporter's allocation completed
-   * on its stream. Release it with `release_imported`; the pool is not destroyed while imports
-   * are live.
+   * on its stream. The result keeps this pool's import alive until it is released.
    */
-  [[nodiscard]] void* import_pointer(exported_pointer const& data) const;
-
-  /**
-   * @brief Releases an imported allocation: `cudaFreeAsync` on `stream`, then waits for it, so
-   * the exporter may free its allocation once every importer returned from this call.
-   */
-  void release_imported(void* ptr, cudaStream_t stream) const;
+  [[nodiscard]] imported_allocation import_pointer(exported_pointer const& data) const;
 
   /**
    * @brief Reads an attribute as a 64-bit value (booleans as 0/1).
@@ -241,11 +236,58 @@ class mem_pool {
   [[nodiscard]] bool operator==(mem_pool const& other) const noexcept;
 
  private:
+  friend class imported_allocation;
   explicit mem_pool(std::shared_ptr<detail::pool_state> state, bool view = false) noexcept;
   std::shared_ptr<detail::pool_state> state_;
   // A view of a pool asyncmr owns elsewhere: it shares the owner's state (so it sees the
   // owner's close() instead of using a destroyed handle) but neither owns nor closes it.
   bool view_{false};
+};
+
+/**
+ * @brief An allocation of another process, mapped into this one by `mem_pool::import_pointer`.
+ *
+ * Move-only. It keeps its imported pool alive (the pool is not destroyed while any import of it
+ * is live, whatever happens to the `mem_pool` handles), and is released by `release()` or at
+ * destruction: `cudaFreeAsync` in stream order, then a wait for it, so the exporter may free its
+ * allocation once every importer returned.
+ */
+class imported_allocation {
+ public:
+  imported_allocation() noexcept = default;
+  imported_allocation(imported_allocation&& other) noexcept;
+  imported_allocation& operator=(imported_allocation&& other) noexcept;
+  imported_allocation(imported_allocation const&)            = delete;
+  imported_allocation& operator=(imported_allocation const&) = delete;
+  /// @brief Releases on the legacy stream if still live; never throws (a release that fails
+  /// leaves the import counted: the pool is then never destroyed under it).
+  ~imported_allocation();
+
+  /// @brief The address in this process; nullptr once released.
+  [[nodiscard]] void* get() const noexcept { return ptr_; }
+  /// @brief The bytes the driver mapped at `get()`, or 0 when it cannot say.
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] bool released() const noexcept { return ptr_ == nullptr; }
+  /// @brief The imported pool.
+  [[nodiscard]] mem_pool const& pool() const noexcept { return pool_; }
+
+  /**
+   * @brief Frees the mapping in stream order on `stream`, then waits for it (releasing the GIL
+   * when called from Python). Idempotent.
+   * @throws unsupported_error for a stream that is capturing: nothing is changed, the capture
+   * stays valid; cuda_error when the driver refuses the free (nothing changed) or the wait
+   * fails (the free was enqueued: the allocation counts as released, but its import stays
+   * counted, so the pool is never destroyed under a free that may not have run)
+   */
+  void release(cudaStream_t stream = nullptr);
+
+ private:
+  friend class mem_pool;
+  imported_allocation(mem_pool pool, void* ptr, std::size_t size) noexcept;
+
+  mem_pool pool_{};
+  void* ptr_{nullptr};
+  std::size_t size_{0};
 };
 
 }  // namespace asyncmr

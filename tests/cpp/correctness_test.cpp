@@ -58,8 +58,9 @@ TEST_F(CorrectnessTest, ARefusedFreeIsCountedLoggedAndDoesNotThrow)
   mr.deallocate(stream_ref(), &not_from_a_pool, sizeof not_from_a_pool);
   EXPECT_EQ(failed_deallocations(), before + 1);
   EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
-  EXPECT_NE(mr.deallocate_checked(stream_ref(), &not_from_a_pool, sizeof not_from_a_pool),
-            cudaSuccess);
+  auto const checked = mr.deallocate_checked(stream_ref(), &not_from_a_pool, sizeof not_from_a_pool);
+  EXPECT_EQ(checked.status, detail::free_status::driver_refused);
+  EXPECT_NE(checked.error, cudaSuccess);
   EXPECT_EQ(failed_deallocations(), before + 2);
 }
 

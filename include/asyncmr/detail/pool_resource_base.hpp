@@ -3,7 +3,7 @@
  */
 #pragma once
 
-#include <asyncmr/detail/front_cache.hpp>
+#include <asyncmr/front_cache_stats.hpp>
 #include <asyncmr/location.hpp>
 #include <asyncmr/mem_pool.hpp>
 
@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace asyncmr {
@@ -52,21 +53,45 @@ void configure_adopted_pool(mem_pool& pool,
                             std::optional<std::vector<int>> const& accessible_from,
                             bool host_pool);
 
-struct capture_blocks;
+class stream_cache;
+
+/// @brief What a checked free (`pool_resource_base::deallocate_checked`) did.
+enum class free_status {
+  freed,              ///< cached, or freed to the pool in stream order
+  not_this_resource,  ///< the driver says the block belongs to another pool; nothing changed
+  wrong_size,         ///< the cache handed the block out at another size; nothing changed
+  already_free,       ///< the block is in the cache already (a double free); nothing changed
+  driver_refused,     ///< `cudaFreeAsync` refused it (`error`); nothing changed
+};
+
+/// @brief A checked free's answer.
+struct free_result {
+  free_status status{free_status::freed};
+  cudaError_t error{cudaSuccess};   ///< for `driver_refused`
+  std::size_t recorded_bytes{0};    ///< for `wrong_size` and `already_free`: the class recorded
+  [[nodiscard]] bool ok() const noexcept { return status == free_status::freed; }
+};
+
+/// @brief The message that explains a free that was not made, naming the block and the size.
+[[nodiscard]] std::string describe_free_failure(free_result const& result,
+                                                void const* ptr,
+                                                std::size_t bytes);
 
 /**
  * @brief What the three resources share: stream-ordered allocation from one `mem_pool`
  * (`cudaMallocFromPoolAsync` / `cudaFreeAsync`), optionally behind a per-stream front cache,
- * and the pool itself. Copies share the pool and the cache.
+ * and the pool itself. Copies share the pool and the cache; two resources are equal (memory of
+ * one may be freed through the other) when they share the pool and the cache, or have none.
  *
- * The front cache (`cache` bytes > 0) keeps freed blocks per stream, in size classes, and hands
- * a block freed on stream S only to a later allocation on S (stream order makes that safe with
- * no event). Streams are told apart by `cudaStreamGetId`, so the per-thread default stream of
- * two threads, or a new stream that reuses a destroyed stream's handle, never share blocks.
- * While a stream captures, the cache is bypassed, and a block allocated inside a capture is
- * never cached. Cached blocks count as used in the pool's attributes; `cache_stats()` reports
- * them on their own. `trim_to` and destruction synchronize every device, then free the cached
- * blocks to the pool. A double free of a cached size is not detected by the cache.
+ * The front cache (`cache` bytes > 0; rules in `detail/front_cache.hpp`) keeps freed blocks per
+ * stream, in size classes, and hands a block freed on stream S only to a later allocation on S
+ * (stream order makes that safe with no event). It takes back only blocks it handed out itself,
+ * at the size it handed them out (an ownership record), never a block allocated inside a stream
+ * capture; a pointer of another pool is refused. Blocks leave it for the pool only in their own
+ * stream's order or after a synchronization of the devices the process uses (never before), and
+ * blocks of streams idle for a while are reclaimed that way by a background thread when the cap
+ * is under pressure. An allocation the pool cannot serve first gets the cached memory back. Cached
+ * blocks count as used in the pool's attributes; `cache_stats()` reports them on their own.
  */
 class pool_resource_base {
  public:
@@ -79,19 +104,22 @@ class pool_resource_base {
                                std::size_t bytes,
                                std::size_t alignment = rmm::CUDA_ALLOCATION_ALIGNMENT);
   /**
-   * @brief Frees `ptr` in stream order on `stream`. Never throws: a free the driver refuses (a
-   * double free, a pointer no pool handed out) is logged through RMM's logger, counted in
-   * `failed_deallocations()`, and asserted in debug builds, as RMM does.
+   * @brief Frees `ptr` in stream order on `stream`. Never throws: a free that is not made (see
+   * `deallocate_checked`) is logged through RMM's logger, counted in `failed_deallocations()`,
+   * and asserted in debug builds, as RMM does.
    */
   void deallocate(cuda::stream_ref stream,
                   void* ptr,
                   std::size_t bytes,
                   std::size_t alignment = rmm::CUDA_ALLOCATION_ALIGNMENT) noexcept;
   /**
-   * @brief Frees like `deallocate`, and returns the driver's answer instead of logging a
-   * refusal (refusals still count in `failed_deallocations()`); for callers that can raise.
+   * @brief Frees like `deallocate`, and returns what happened instead of logging a refusal
+   * (refusals still count in `failed_deallocations()`); for callers that can raise. Nothing is
+   * changed unless the result is `free_status::freed`: a block of another pool (asked of the
+   * driver, with a cache), a size other than the cache recorded, a second free of a cached
+   * block, a pointer the driver refuses.
    */
-  [[nodiscard]] cudaError_t deallocate_checked(cuda::stream_ref stream,
+  [[nodiscard]] free_result deallocate_checked(cuda::stream_ref stream,
                                                void* ptr,
                                                std::size_t bytes) noexcept;
   /// @brief Allocates and waits until the memory is usable from the host and any stream.
@@ -114,9 +142,12 @@ class pool_resource_base {
   /// @brief The front cache's counters (cached bytes and blocks, hits, ...); none without one.
   [[nodiscard]] std::optional<front_cache_stats> cache_stats() const;
   /**
-   * @brief Empties the front cache: synchronizes every visible device (so no stream still uses
-   * a cached block), then frees the cached blocks to the pool. Process-wide effect: the device
-   * synchronizations.
+   * @brief Empties the front cache: takes every cached block out of reach, synchronizes every
+   * device the process uses (never one it does not: no context is created), then frees those
+   * blocks to the pool; a block freed into the cache meanwhile stays cached. The wait releases
+   * the GIL when called from Python. Process-wide effect: the device synchronizations.
+   * @throws cuda_error when a synchronization failed (the blocks stay allocated, never freed
+   * while a stream might use them)
    */
   void release_cache();
   /**
@@ -126,23 +157,27 @@ class pool_resource_base {
   void trim_to(std::size_t min_bytes_to_keep = 0);
 
  protected:
-  explicit pool_resource_base(mem_pool pool, std::size_t cache_bytes = 0);
+  explicit pool_resource_base(mem_pool pool);
   ~pool_resource_base();
   pool_resource_base(pool_resource_base const&)            = default;
   pool_resource_base& operator=(pool_resource_base const&) = default;
   pool_resource_base(pool_resource_base&&) noexcept        = default;
   pool_resource_base& operator=(pool_resource_base&&) noexcept = default;
 
+  /// @brief Same pool and same cache (or none): memory of one may be freed through the other.
   [[nodiscard]] bool same_pool(pool_resource_base const& other) const noexcept
   {
-    return pool_ == other.pool_;
+    return pool_ == other.pool_ && cache_ == other.cache_;
   }
 
+  /// @brief `cache_bytes` > 0 gives the resource a front cache whose frees run in the context
+  /// of `device` (the pool's device; unset for host pools).
+  pool_resource_base(mem_pool pool, std::size_t cache_bytes, std::optional<int> device);
+
  private:
-  struct cache_state;
   mem_pool pool_;
   // Shared by copies; the last copy empties the cache.
-  std::shared_ptr<cache_state> cache_;
+  std::shared_ptr<stream_cache> cache_;
 };
 
 }  // namespace detail

@@ -1,0 +1,76 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#pragma once
+
+// Private to src/: the front cache bound to CUDA streams and to one pool. The pure mechanism
+// and its rules are include/asyncmr/detail/front_cache.hpp; this adds what needs CUDA: stream
+// keys and capture status asked of the driver, the pool behind every miss, the driver's word on
+// pointers the cache did not hand out, device synchronizations before parked blocks go back,
+// the background reclaim of idle streams' blocks, and giving cached memory back when the pool
+// runs out.
+
+#include <asyncmr/detail/front_cache.hpp>
+#include <asyncmr/detail/pool_resource_base.hpp>
+#include <asyncmr/mem_pool.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+
+namespace asyncmr::detail {
+
+class stream_cache final : public std::enable_shared_from_this<stream_cache> {
+ public:
+  /// A cache of `cap` bytes in front of `pool`; `device` (when the pool's memory lives on one)
+  /// is where its frees run. Registered so that any allocation from the same pool that runs out
+  /// of memory can ask for the cached memory back.
+  [[nodiscard]] static std::shared_ptr<stream_cache> make(mem_pool pool,
+                                                          std::size_t cap,
+                                                          std::optional<int> device);
+  stream_cache(mem_pool pool, std::size_t cap, std::optional<int> device);
+  /// Frees every cached block after a device synchronization (in a blocking region).
+  ~stream_cache();
+  stream_cache(stream_cache const&)            = delete;
+  stream_cache& operator=(stream_cache const&) = delete;
+
+  /// A hit, or a miss allocated from the pool at its class size (recorded); a stream that
+  /// captures gets a graph allocation of exactly `bytes`, never recorded.
+  [[nodiscard]] void* allocate(cudaStream_t stream, std::size_t bytes);
+  /// Caches a block the cache handed out, frees anything else of this pool to the pool, and
+  /// refuses what is not this pool's or names the wrong size. Never throws.
+  [[nodiscard]] free_result deallocate(cudaStream_t stream, void* ptr, std::size_t bytes) noexcept;
+  /// Parks every cached block, synchronizes the active devices, frees what the synchronization
+  /// proved unused. A failed synchronization's error comes back, and the parked blocks stay
+  /// (never freed unproven). Never throws.
+  cudaError_t release() noexcept;
+  /// The background reclaimer's job: parks the blocks of streams idle for a whole epoch, then as
+  /// `release`.
+  void reclaim_stale() noexcept;
+
+  [[nodiscard]] front_cache_stats stats() const noexcept { return cache_.stats(); }
+  [[nodiscard]] std::size_t cap() const noexcept { return cache_.cap(); }
+  [[nodiscard]] cudaMemPool_t pool_handle() const noexcept { return pool_.handle_or_null(); }
+
+ private:
+  cudaError_t free_parked_after_synchronizing(bool wait_for_frees) noexcept;
+
+  mem_pool pool_;
+  front_cache cache_;
+  std::optional<int> device_;
+};
+
+/**
+ * Gives the memory every live cache on `pool` holds back to it (`stream_cache::release`); for an
+ * allocation from `pool` that ran out of memory. `except` is skipped (already asked). Returns
+ * how many blocks went back.
+ */
+std::size_t release_caches_of(cudaMemPool_t pool, stream_cache const* except) noexcept;
+
+/// Asks the background reclaimer to run `cache.reclaim_stale()` soon (at most one pending
+/// request per cache). Never throws; a request that cannot be queued is dropped.
+void request_reclaim(std::weak_ptr<stream_cache> cache) noexcept;
+
+}  // namespace asyncmr::detail

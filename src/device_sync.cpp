@@ -1,0 +1,179 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+
+// Device-wide waits, asked of the driver through its entry points so that a device this
+// process never used keeps having no context (cudaSetDevice initializes one, and every
+// Dask-CUDA worker sees every GPU), and the blocking hooks every wait goes through.
+
+#include "detail/device_sync.hpp"
+#include "detail/driver_api.hpp"
+
+#include <asyncmr/detail/blocking.hpp>
+#include <asyncmr/detail/capture_mode.hpp>
+#include <asyncmr/error.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+
+namespace asyncmr::detail {
+
+// ---- the blocking hooks ----------------------------------------------------------------------
+
+namespace {
+std::atomic<void* (*)() noexcept> hook_enter{nullptr};
+std::atomic<void (*)(void*) noexcept> hook_leave{nullptr};
+}  // namespace
+
+void set_blocking_hooks(blocking_hooks hooks) noexcept
+{
+  hook_leave.store(hooks.leave, std::memory_order_release);
+  hook_enter.store(hooks.enter, std::memory_order_release);
+}
+
+blocking_region::blocking_region() noexcept : leave_{nullptr}, token_{nullptr}
+{
+  auto* const enter = hook_enter.load(std::memory_order_acquire);
+  if (enter != nullptr) {
+    leave_ = hook_leave.load(std::memory_order_acquire);
+    token_ = enter();
+  }
+}
+
+blocking_region::~blocking_region()
+{
+  if (leave_ != nullptr) { leave_(token_); }
+}
+
+// ---- the driver's view of devices and contexts ---------------------------------------------
+
+namespace {
+
+// The driver's types, spelled as the runtime has them: CUdevice is an int, CUcontext an opaque
+// pointer, CUresult an int with cudaSuccess's value 0.
+using context_t = void*;
+struct context_functions {
+  int (*device_get)(int*, int)                       = nullptr;  // cuDeviceGet
+  int (*primary_state)(int, unsigned int*, int*)     = nullptr;  // cuDevicePrimaryCtxGetState
+  int (*primary_retain)(context_t*, int)             = nullptr;  // cuDevicePrimaryCtxRetain
+  int (*primary_release)(int)                        = nullptr;  // cuDevicePrimaryCtxRelease_v2
+  int (*push)(context_t)                             = nullptr;  // cuCtxPushCurrent_v2
+  int (*pop)(context_t*)                             = nullptr;  // cuCtxPopCurrent_v2
+  int (*get_current)(context_t*)                     = nullptr;  // cuCtxGetCurrent
+  int (*synchronize)()                               = nullptr;  // cuCtxSynchronize
+  [[nodiscard]] bool complete() const noexcept
+  {
+    return device_get && primary_state && primary_retain && primary_release && push && pop &&
+           get_current && synchronize;
+  }
+};
+
+context_functions const& driver() noexcept
+{
+  static context_functions const fns = [] {
+    context_functions f;
+    auto find = [](char const* symbol, auto& fn) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
+        driver_entry_point(symbol, 12000));
+    };
+    find("cuDeviceGet", f.device_get);
+    find("cuDevicePrimaryCtxGetState", f.primary_state);
+    find("cuDevicePrimaryCtxRetain", f.primary_retain);
+    find("cuDevicePrimaryCtxRelease", f.primary_release);
+    find("cuCtxPushCurrent", f.push);
+    find("cuCtxPopCurrent", f.pop);
+    find("cuCtxGetCurrent", f.get_current);
+    find("cuCtxSynchronize", f.synchronize);
+    return f;
+  }();
+  return fns;
+}
+
+int visible_devices() noexcept
+{
+  int count         = 0;
+  auto const status = cudaGetDeviceCount(&count);  // creates no context
+  clear_own_error(status);
+  return status == cudaSuccess ? count : 0;
+}
+
+bool primary_active(context_functions const& f, int ordinal, int& device) noexcept
+{
+  unsigned int flags = 0;
+  int active         = 0;
+  return f.device_get(&device, ordinal) == 0 && f.primary_state(device, &flags, &active) == 0 &&
+         active != 0;
+}
+
+}  // namespace
+
+cudaError_t synchronize_active_devices() noexcept
+{
+  auto const& f = driver();
+  if (!f.complete()) { return cudaErrorNotSupported; }
+  relaxed_capture_guard guard;
+  blocking_region wait;
+  int first_error = 0;
+  auto note       = [&](int status) {
+    if (first_error == 0) { first_error = status; }
+  };
+  int const count = visible_devices();
+  for (int ordinal = 0; ordinal < count; ++ordinal) {
+    int device = 0;
+    if (!primary_active(f, ordinal, device)) { continue; }
+    context_t ctx = nullptr;
+    if (int const r = f.primary_retain(&ctx, device); r != 0) {  // active: creates nothing
+      note(r);
+      continue;
+    }
+    if (int const r = f.push(ctx); r == 0) {
+      note(f.synchronize());
+      context_t popped = nullptr;
+      f.pop(&popped);
+    } else {
+      note(r);
+    }
+    f.primary_release(device);
+  }
+  return static_cast<cudaError_t>(first_error);
+}
+
+active_context_scope::active_context_scope(std::optional<int> device) noexcept
+{
+  auto const& f = driver();
+  if (!f.complete()) { return; }
+  int const count = visible_devices();
+  auto try_device = [&](int ordinal) {
+    int dev = 0;
+    if (ordinal < 0 || ordinal >= count || !primary_active(f, ordinal, dev)) { return false; }
+    context_t ctx = nullptr;
+    if (f.primary_retain(&ctx, dev) != 0) { return false; }
+    context_t current = nullptr;
+    if (f.get_current(&current) == 0 && current == ctx) {  // already current: nothing to do
+      f.primary_release(dev);
+      return true;
+    }
+    if (f.push(ctx) != 0) {
+      f.primary_release(dev);
+      return false;
+    }
+    retained_ = dev;
+    return true;
+  };
+  if (device && try_device(*device)) { return; }
+  for (int ordinal = 0; ordinal < count; ++ordinal) {
+    if (try_device(ordinal)) { return; }
+  }
+}
+
+active_context_scope::~active_context_scope()
+{
+  if (retained_ < 0) { return; }
+  auto const& f    = driver();
+  context_t popped = nullptr;
+  f.pop(&popped);
+  f.primary_release(retained_);
+}
+
+}  // namespace asyncmr::detail
