@@ -79,14 +79,22 @@ def test_blocks_of_destroyed_streams_do_not_starve_a_live_stream(gpu):
         mr.deallocate(b, 4 * KiB, s)
         del s  # destroyed with two blocks cached for it
     live = Stream()
+    # The refused frees ask the background reclaimer for the dead streams' blocks; it gives them
+    # back after a device synchronization, so hits resume within a moment, not at once.
+    deadline = time.monotonic() + 10
+    while mr.cache_info["reclaims"] == 0 or mr.cache_info["bytes"] >= mr.cache_info["cap"] - 8 * KiB:
+        p = mr.allocate(4 * KiB, live)
+        mr.deallocate(p, 4 * KiB, live)
+        assert time.monotonic() < deadline, f"no reclaim within 10 s: {mr.cache_info}"
+        time.sleep(0.001)
     before = mr.cache_info["hits"]
     for _ in range(100):
         p = mr.allocate(4 * KiB, live)
         mr.deallocate(p, 4 * KiB, live)
     info = mr.cache_info
-    assert info["hits"] - before >= 95, f"the live stream starved: {info}"
+    assert info["hits"] - before >= 98, f"the live stream starved: {info}"
     assert info["bytes"] <= info["cap"]
-    assert info["streams"] < 1000, f"buckets of dead streams are kept: {info}"
+    assert info["reclaimed_blocks"] >= 1000, info
     live.synchronize()
 
 

@@ -110,15 +110,22 @@ def test_trim_empties_the_cache_before_the_pool(gpu):
     assert mr.attributes.reserved_mem_current == 0
 
 
-def test_track_peak_counts_what_the_pool_gave_out(gpu):
+def test_a_hit_takes_nothing_new_from_the_pool(gpu):
     mr, s = make("device"), Stream()
     mr.deallocate(mr.allocate(MiB // 2, s), MiB // 2, s)  # now cached
-    with mr.track_peak() as peak:
+    s.synchronize()
+    with mr.track_peak() as hit_phase:
         p = mr.allocate(MiB // 2, s)  # a hit: the pool gives out nothing new
         mr.deallocate(p, MiB // 2, s)
-    # The pool's peak covers the cached block, which the pool had given out all along.
-    assert peak.used >= MiB // 2
-    assert mr.cache_info["bytes"] == MiB // 2
+    with mr.track_peak() as miss_phase:
+        a = mr.allocate(MiB // 2, s)  # the hit again
+        b = mr.allocate(MiB // 2, s)  # a miss: the pool gives out a second block
+        mr.deallocate(a, MiB // 2, s)
+        mr.deallocate(b, MiB // 2, s)
+    # The cached block counts as used all along (the pool gave it out); a hit adds nothing.
+    assert hit_phase.used == MiB // 2
+    assert miss_phase.used == MiB
+    assert mr.cache_info["hits"] == 2 and mr.cache_info["misses"] == 2
     s.synchronize()
 
 
@@ -148,11 +155,18 @@ def test_a_capture_bypasses_the_cache_and_its_blocks_stay_out(gpu, kind):
 def test_a_closed_pool_serves_no_cached_block(gpu):
     mr, s = make("device"), Stream()
     mr.deallocate(mr.allocate(4 * KiB, s), 4 * KiB, s)
+    handle = mr.pool.handle
     mr.pool.close()  # the cached block is live in the pool: it is parked, not destroyed
     with pytest.raises(asyncmr.PoolClosedError):
         mr.allocate(4 * KiB, s)
-    del mr  # the resource frees its cache; the parked pool goes at the next create
-    asyncmr.AsyncDeviceMR(pool="new")
+    with pytest.raises(ValueError, match="closed by asyncmr"):
+        asyncmr.MemPool.from_handle(handle)  # parked while the cached block lives
+    refused = asyncmr.failed_deallocations()
+    del mr  # the cache gives its block back to the parked pool, which goes at the next create
+    assert asyncmr.failed_deallocations() == refused, "the cache's free into the closed pool failed"
+    fresh = asyncmr.AsyncDeviceMR(pool="new")
+    p = fresh.allocate(4 * KiB, s)
+    fresh.deallocate(p, 4 * KiB, s)
     sync()
 
 

@@ -158,7 +158,8 @@ def test_host_pinned_pools_across_processes(gpu):
         fd = pool.export_fd()
         os.close(fd)
     except ValueError as e:
-        assert "cudaMemPoolCreate refused export_handle_types" in str(e) or "export" in str(e), e
+        # The one refusal allowed: the driver's, at creation, said as asyncmr says it.
+        assert "cudaMemPoolCreate refused export_handle_types" in str(e), e
         print(f"host pinned pools: the driver refuses IPC: {e}")
         return
     proc = _share(pool, ptr, "pinned", 0)
@@ -226,7 +227,9 @@ def test_only_imported_pools_import_pointers_and_they_allocate_nothing(gpu):
         pool.import_pointer(b"short", MiB)
     try:
         imported = MemPool.import_fd(fd, Location.device(0), "device")  # in the same process
-    except (ValueError, asyncmr.AsyncMRError) as e:
+    except ValueError as e:
+        # The driver may refuse a process its own pool; then asyncmr says so, naming the call.
+        assert "cudaMemPoolImportFromShareableHandle" in str(e), e
         print(f"importing into the exporting process: {e}")
     else:
         with pytest.raises(ValueError, match="imported pool cannot be allocated from"):

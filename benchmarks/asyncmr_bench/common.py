@@ -57,7 +57,9 @@ HOSTALLOC_MEMORY = "cudaHostAlloc memory"
 # Section 11's rows. The cap is fixed (the row name is a JSON key and says it).
 FRONT_CACHE_BYTES = 64 << 20
 APR_CACHED = "AsyncPinnedMR(pool='new', cache=64 MiB)"
+ADR_CACHED = "AsyncDeviceMR(pool='new', cache=64 MiB)"
 CUPY_PINNED = "cupy PinnedMemoryPool"
+TORCH_CACHING = "torch caching allocator (caching_allocator_alloc/delete)"
 # Section 9's rows.
 ASYNCMR_ARRAY = "asyncmr.pinned_empty (pinned pool)"
 CUPY_ARRAY = "cupyx.empty_pinned (cudaHostAlloc)"

@@ -108,6 +108,7 @@ class Context:
         self.stream = self.new_stream()
         self._cc = None
         self._cp = None
+        self._torch_stream = None
 
     def new_stream(self):
         """A new non-blocking rmm Stream (so the legacy default stream never serializes us)."""
@@ -134,6 +135,14 @@ class Context:
             dev.set_current()
             self._cc = (mod, dev, dev.create_stream())
         return self._cc
+
+    def torch_stream(self):
+        """A PyTorch stream of device 0; raises ImportError when PyTorch is missing."""
+        if self._torch_stream is None:
+            import torch
+
+            self._torch_stream = torch.cuda.Stream(device=0)
+        return self._torch_stream
 
     def cupy(self):
         """(cupy module, a non-blocking CuPy stream); raises ImportError when CuPy is missing."""
@@ -270,6 +279,19 @@ def pair_runner(ctx: Context, family: str, obj, size: int):
                 for _ in range(n):
                     malloc(size)  # the MemoryPointer dies at once: freed on the stream
                 return ns() - t0
+
+        return run, s.synchronize
+    if family == "torch":
+        torch = obj  # the module: its caching allocator, on a stream of its own
+        s = ctx.torch_stream()
+        alloc, delete = torch.cuda.caching_allocator_alloc, torch.cuda.caching_allocator_delete
+        device = torch.cuda.current_device()
+
+        def run(n):
+            t0 = ns()
+            for _ in range(n):
+                delete(alloc(size, device, s))
+            return ns() - t0
 
         return run, s.synchronize
     raise ValueError(family)

@@ -10,6 +10,7 @@
 #include <Python.h>
 
 #include <asyncmr/asyncmr.hpp>
+#include <asyncmr/detail/blocking.hpp>
 
 #include <rmm/error.hpp>
 
@@ -19,6 +20,7 @@
 #include <memory>
 #include <new>
 #include <stdexcept>
+#include <string>
 
 namespace asyncmr_py {
 
@@ -88,14 +90,50 @@ inline std::uintptr_t allocate(detail::pool_resource_base& mr, std::uintptr_t st
     mr.allocate(cuda::stream_ref{as_stream(stream)}, bytes, rmm::CUDA_ALLOCATION_ALIGNMENT));
 }
 
-/// The status of the free, for Python to raise on (C++'s deallocate only logs it).
-inline cudaError_t deallocate(detail::pool_resource_base& mr,
-                              std::uintptr_t stream,
-                              std::uintptr_t ptr,
-                              std::size_t bytes) noexcept
+/// What the free did, for Python to raise on (C++'s deallocate only logs it).
+inline detail::free_result deallocate(detail::pool_resource_base& mr,
+                                      std::uintptr_t stream,
+                                      std::uintptr_t ptr,
+                                      std::size_t bytes) noexcept
 {
   return mr.deallocate_checked(cuda::stream_ref{as_stream(stream)}, reinterpret_cast<void*>(ptr),
                                bytes);
+}
+
+/// The message of a free that was not made (see `detail::free_status`).
+inline std::string free_failure(detail::free_result const& result, std::uintptr_t ptr, std::size_t bytes)
+{
+  return detail::describe_free_failure(result, reinterpret_cast<void const*>(ptr), bytes);
+}
+
+// ---- waits on the device release the GIL ----------------------------------------------------
+
+// Every asyncmr wait on the device (detail/blocking.hpp) releases the GIL if the waiting thread
+// holds it, so that a Python host function queued on a stream can run: called from Python,
+// from RMM's C++ (a DeviceBuffer's destructor) or a resource's destructor alike. Not during
+// interpreter shutdown, when another thread could not take the GIL anyway.
+inline void* release_gil() noexcept
+{
+#if PY_VERSION_HEX >= 0x030D0000
+  PyThreadState* const holder = PyThreadState_GetUnchecked();
+  bool const finalizing       = Py_IsFinalizing() != 0;
+#else
+  PyThreadState* const holder = _PyThreadState_UncheckedGet();
+  bool const finalizing       = _Py_IsFinalizing() != 0;
+#endif
+  // In a build with the GIL, a thread has a current thread state exactly while it holds it.
+  if (holder == nullptr || finalizing) { return nullptr; }
+  return PyEval_SaveThread();
+}
+
+inline void take_gil_back(void* token) noexcept
+{
+  if (token != nullptr) { PyEval_RestoreThread(static_cast<PyThreadState*>(token)); }
+}
+
+inline void install_blocking_hooks() noexcept
+{
+  detail::set_blocking_hooks({&release_gil, &take_gil_back});
 }
 
 // ---- pools ------------------------------------------------------------------------------------
@@ -113,14 +151,42 @@ inline mem_pool adopt_handle(std::uintptr_t handle,
   return mem_pool::from_handle(reinterpret_cast<cudaMemPool_t>(handle), owned, where, type);
 }
 
-/// The attribute in row `index` of the table (table order is the enum's order).
+/// The attribute in row `index` of the table (table order is the enum's order); an index
+/// outside the table is refused (std::out_of_range, a ValueError in Python).
+inline pool_attribute attribute_at(std::size_t index)
+{
+  if (index >= attribute_table.size()) {
+    throw std::out_of_range{"asyncmr: pool attribute index " + std::to_string(index) +
+                            " is outside the table (" + std::to_string(attribute_table.size()) +
+                            " attributes)"};
+  }
+  return static_cast<pool_attribute>(index);
+}
 inline std::uint64_t get_attribute(mem_pool const& pool, std::size_t index)
 {
-  return pool.get_attribute(static_cast<pool_attribute>(index));
+  return pool.get_attribute(attribute_at(index));
 }
 inline void set_attribute(mem_pool const& pool, std::size_t index, std::uint64_t value)
 {
-  pool.set_attribute(static_cast<pool_attribute>(index), value);
+  pool.set_attribute(attribute_at(index), value);
+}
+
+// ---- imported allocations ---------------------------------------------------------------------
+
+inline std::unique_ptr<imported_allocation> import_pointer(mem_pool const& pool,
+                                                           exported_pointer const& data)
+{
+  return std::make_unique<imported_allocation>(pool.import_pointer(data));
+}
+
+inline void release_import(imported_allocation& imported, std::uintptr_t stream)
+{
+  imported.release(as_stream(stream));
+}
+
+inline std::uintptr_t import_address(imported_allocation const& imported) noexcept
+{
+  return reinterpret_cast<std::uintptr_t>(imported.get());
 }
 
 // The attribute table, row by row (its names are null-terminated string literals).

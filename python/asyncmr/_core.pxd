@@ -132,8 +132,6 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         @staticmethod
         mem_pool import_fd(int, location_t, AllocationType) except +translate_exception
         cbool imported()
-        void* import_pointer(const exported_pointer&) except +translate_exception
-        void release_imported(void*, cudaStream_t) except +translate_exception
 
     cdef cppclass managed_resource_options:
         optional[int] device
@@ -156,16 +154,41 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         optional[uint64_t] release_threshold
         size_t cache
 
-    cdef cppclass front_cache_stats "asyncmr::detail::front_cache_stats":
+    cdef cppclass imported_allocation:
+        size_t size()
+        cbool released()
+
+    cdef cppclass front_cache_stats:
         uint64_t hits
         uint64_t misses
         uint64_t refused_cap
         uint64_t refused_uncacheable
+        uint64_t refused_not_recorded
+        uint64_t refused_wrong_size
+        uint64_t refused_double_free
+        uint64_t untracked
+        uint64_t reclaims
+        uint64_t reclaimed_blocks
         size_t cached_bytes
         size_t cached_blocks
+        size_t parked_bytes
+        size_t parked_blocks
+        size_t recorded_blocks
         size_t charged_bytes
         size_t charged_high
         size_t streams
+
+    enum class FreeStatus "asyncmr::detail::free_status" (int):
+        freed
+        not_this_resource
+        wrong_size
+        already_free
+        driver_refused
+
+    cdef cppclass free_result "asyncmr::detail::free_result":
+        FreeStatus status
+        cudaError_t error
+        size_t recorded_bytes
 
     cdef cppclass pool_resource_base "asyncmr::detail::pool_resource_base":
         const mem_pool& pool()
@@ -197,7 +220,13 @@ cdef extern from "_bridge.hpp" namespace "asyncmr_py" nogil:
     void set_exception_types(object, object, object, object)
     shared_ptr[R] make_resource[R, O](const mem_pool*, const O&) except +translate_exception
     uintptr_t allocate(pool_resource_base&, uintptr_t, size_t) except +translate_exception
-    cudaError_t deallocate(pool_resource_base&, uintptr_t, uintptr_t, size_t)
+    free_result deallocate(pool_resource_base&, uintptr_t, uintptr_t, size_t)
+    string free_failure(const free_result&, uintptr_t, size_t) except +translate_exception
+    void install_blocking_hooks()
+    unique_ptr[imported_allocation] import_pointer(const mem_pool&, const exported_pointer&) \
+        except +translate_exception
+    void release_import(imported_allocation&, uintptr_t) except +translate_exception
+    uintptr_t import_address(const imported_allocation&)
     uintptr_t handle_of(const mem_pool&) except +translate_exception
     mem_pool adopt_handle(uintptr_t, cbool, optional[location_t], optional[AllocationType]) \
         except +translate_exception

@@ -22,6 +22,8 @@ from asyncmr._exceptions import CUDAError, NoDeviceError, PoolClosedError, Unsup
 from asyncmr._location import Location
 
 set_exception_types(NoDeviceError, UnsupportedError, PoolClosedError, CUDAError)
+# Every asyncmr wait on the device releases the GIL from now on (see _bridge.hpp).
+install_blocking_hooks()
 
 # RMM's make_device_async_resource_ref is a template; naming it again lets it take our types.
 cdef extern from *:
@@ -350,11 +352,11 @@ cdef class MemPool:
 
         return PoolAttributes(self)
 
-    def _get_attribute(self, size_t index):
-        return get_attribute(deref(self.get()), index)
+    def _get_attribute(self, index):
+        return get_attribute(deref(self.get()), _attribute_index(index))
 
-    def _set_attribute(self, size_t index, uint64_t value):
-        set_attribute(deref(self.get()), index, value)
+    def _set_attribute(self, index, uint64_t value):
+        set_attribute(deref(self.get()), _attribute_index(index), value)
 
     def trim_to(self, min_bytes_to_keep=0):
         """Release unused reserved memory, keeping at least ``min_bytes_to_keep`` bytes.
@@ -363,7 +365,9 @@ cdef class MemPool:
         pool this releases memory for every user in the process.
         """
         cdef size_t keep = _validate.size("min_bytes_to_keep", min_bytes_to_keep, optional=False)
-        self.get().trim_to(keep)
+        cdef mem_pool* pool = self.get()
+        with nogil:
+            pool.trim_to(keep)
 
     def trim(self, min_bytes_to_keep=0):
         """Deprecated alias of :meth:`trim_to`."""
@@ -397,7 +401,10 @@ cdef class MemPool:
         if all_devices:
             ids = list(range(require_cuda()))
         cdef vector[int] c_ids = ids
-        self.get().set_access(c_ids, c_mode)
+        cdef AccessMode mode_value = c_mode
+        cdef mem_pool* pool = self.get()
+        with nogil:  # the driver may wait for the device to change the mappings
+            pool.set_access(c_ids, mode_value)
 
     def access(self, device):
         """The access ("rw", "r" or "none") ``device`` has to this pool's memory."""
@@ -427,7 +434,9 @@ cdef class MemPool:
 
     def close(self):
         """Destroy an owned pool now (a view just stops being usable here). Idempotent."""
-        self.get().close()
+        cdef mem_pool* pool = self.get()
+        with nogil:  # destroying a pool may wait for the device
+            pool.close()
 
     # ---- IPC ----------------------------------------------------------------------------
 
@@ -456,22 +465,28 @@ cdef class MemPool:
 
     def import_pointer(self, data, nbytes):
         """Map an allocation the exporting process shared with :func:`export_pointer`
-        (``data``, 64 bytes) into this process; ``nbytes`` is its size as the exporter says.
+        (``data``, 64 bytes) into this process.
 
-        Returns an :class:`ImportedAllocation`, which keeps this pool alive and is released
-        with ``release()``, at the end of a ``with`` block, or when it dies. Use it only after
-        the exporter's allocation completed on its stream; the exporter must not free its
-        allocation before every importer has released theirs.
+        ``nbytes`` is the size the exporter says it has; it may not exceed what the driver
+        mapped at the address (``ValueError`` otherwise, with nothing kept). Returns an :class:`ImportedAllocation`, which keeps this pool alive and
+        is released with ``release()``, at the end of a ``with`` block, or when it dies. Use it
+        only after the exporter's allocation completed on its stream; the exporter must not free
+        its allocation before every importer has released theirs.
         """
         cdef exported_pointer raw
         view = memoryview(data).cast("B")
         if view.nbytes != 64:
             raise ValueError(f"data must be the 64 bytes export_pointer returned, got {view.nbytes}")
+        n = _validate.size("nbytes", nbytes, optional=False)
         for i in range(64):
             raw.bytes[i] = view[i]
-        n = _validate.size("nbytes", nbytes, optional=False)
-        cdef void* ptr = self.get().import_pointer(raw)
-        return ImportedAllocation._make(self, <uintptr_t>ptr, n)
+        cdef unique_ptr[imported_allocation] imported = import_pointer(deref(self.get()), raw)
+        cdef size_t mapped = deref(imported).size()
+        if mapped != 0 and n > mapped:
+            release_import(deref(imported), 0)
+            raise ValueError(f"nbytes={n} is more than the {mapped} bytes the driver mapped for "
+                             "this allocation; nothing was kept")
+        return ImportedAllocation._make(self, imported, n)
 
     def __enter__(self):
         return self
@@ -548,34 +563,37 @@ cdef class ImportedAllocation:
     cdef readonly MemPool pool
     cdef readonly uintptr_t ptr
     cdef readonly size_t nbytes
-    cdef cbool _live
+    cdef unique_ptr[imported_allocation] c_import
 
     def __init__(self, *args, **kwargs):
         raise TypeError("use MemPool.import_pointer()")
 
     @staticmethod
-    cdef ImportedAllocation _make(MemPool pool, uintptr_t ptr, size_t nbytes):
+    cdef ImportedAllocation _make(MemPool pool, unique_ptr[imported_allocation]& imported,
+                                  size_t nbytes):
         cdef ImportedAllocation self = ImportedAllocation.__new__(ImportedAllocation)
         self.pool = pool
-        self.ptr = ptr
+        self.ptr = import_address(deref(imported))
         self.nbytes = nbytes
-        self._live = True
+        self.c_import.swap(imported)
         return self
 
     @property
     def released(self):
-        return not self._live
+        return not self.c_import or deref(self.c_import).released()
 
     def release(self, Stream stream=DEFAULT_STREAM):
-        """Free the mapping in stream order on ``stream`` and wait for it. Idempotent."""
-        if not self._live:
+        """Free the mapping in stream order on ``stream`` and wait for it. Idempotent.
+
+        A stream that is capturing is refused (:class:`UnsupportedError`) and nothing changes;
+        if the driver refuses the free, :class:`CUDAError` is raised and the import stays live.
+        """
+        if self.released:
             return
         stream = as_stream(stream)
-        cdef cudaStream_t s = <cudaStream_t><uintptr_t>stream._cuda_stream
-        cdef mem_pool* pool = self.pool.get()
-        self._live = False
+        cdef uintptr_t s = <uintptr_t>stream._cuda_stream
         with nogil:
-            pool.release_imported(<void*>self.ptr, s)
+            release_import(deref(self.c_import), s)
 
     def __enter__(self):
         return self
@@ -585,15 +603,24 @@ cdef class ImportedAllocation:
         return False
 
     def __dealloc__(self):
-        if self._live and self.pool is not None:
-            try:
-                self.pool.get().release_imported(<void*>self.ptr, NULL)
-            except Exception:  # noqa: BLE001 - nothing can be raised from a finalizer
-                pass
+        # The C++ object releases a live import on the legacy stream (never throwing), waiting
+        # without the GIL: a Python host function queued on that stream can still run.
+        with nogil:
+            self.c_import.reset()
 
     def __repr__(self):
-        state = "released" if not self._live else "live"
+        state = "released" if self.released else "live"
         return f"ImportedAllocation(ptr={self.ptr:#x}, nbytes={self.nbytes}, {state})"
+
+
+def _attribute_index(index):
+    """A row of the attribute table, checked (an index outside it is a ValueError)."""
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise TypeError(f"attribute index must be an int, got {type(index).__name__}")
+    if not 0 <= index < attribute_count():
+        raise ValueError(f"attribute index {index} is outside the table "
+                         f"({attribute_count()} attributes)")
+    return index
 
 
 def _access_mode(value):
@@ -702,22 +729,25 @@ cdef class _PoolResource(DeviceMemoryResource):
     def deallocate(self, uintptr_t ptr, size_t nbytes, Stream stream=DEFAULT_STREAM):
         """Free ``ptr`` (``nbytes`` bytes) in stream order on ``stream``.
 
-        Raises :class:`asyncmr.CUDAError` when the driver refuses the free (a double free, or a
-        pointer this resource did not allocate); nothing is freed then.
+        Nothing is freed, and an exception says why, when the block is not this resource's to
+        free: ValueError for a block of another pool (with a front cache, the driver is asked),
+        a size other than the cache handed the block out with, or a second free of a cached
+        block; :class:`asyncmr.CUDAError` when the driver refuses the free (a double free, or a
+        pointer no pool handed out).
         """
         stream = as_stream(stream)
         cdef uintptr_t s = <uintptr_t>stream._cuda_stream
-        cdef cudaError_t status
+        cdef free_result result
         if self._gil == _GIL_ALWAYS:
             with nogil:
-                status = deallocate(deref(self.c_base), s, ptr, nbytes)
+                result = deallocate(deref(self.c_base), s, ptr, nbytes)
         else:
-            status = deallocate(deref(self.c_base), s, ptr, nbytes)
-        if status != 0:
-            raise CUDAError(
-                f"asyncmr: cudaFreeAsync({ptr:#x}, {nbytes} bytes) failed: "
-                f"{error_name(status).decode()} ({error_text(status).decode()}); a double "
-                "free, or a pointer this resource did not allocate?")
+            result = deallocate(deref(self.c_base), s, ptr, nbytes)
+        if result.status != FreeStatus.freed:
+            message = free_failure(result, ptr, nbytes).decode()
+            if result.status == FreeStatus.driver_refused:
+                raise CUDAError(message)
+            raise ValueError(message)
         if nbytes <= <size_t>INT64_MAX:
             self._headroom += <int64_t>nbytes
 
@@ -754,17 +784,28 @@ cdef class _PoolResource(DeviceMemoryResource):
             self.c_base.trim_to(keep)
 
     def release_cache(self):
-        """Give every block in the front cache back to the pool (synchronizing every device
-        first, so no stream still uses one). No-op without a cache."""
+        """Give every block in the front cache back to the pool. No-op without a cache.
+
+        The blocks are taken out of reach first, then every device this process uses is
+        synchronized (without the GIL; devices it never used are left alone), then they are
+        freed: a block freed into the cache meanwhile stays cached. :class:`CUDAError` if a
+        synchronization failed; the blocks then stay allocated, never freed while in use."""
         with nogil:
             self.c_base.release_cache()
 
     @property
     def cache_info(self):
-        """The front cache's state, or None without one: ``cap`` (bytes), ``bytes`` and
-        ``blocks`` cached now, ``hits``, ``misses``, ``refused_cap`` (frees the cap turned away),
-        ``refused_uncacheable``, ``charged_high`` (peak of cached bytes plus reserved credit,
-        an upper bound of the cached peak, never above ``cap``), ``streams``.
+        """The front cache's state, or None without one.
+
+        ``cap`` (bytes); ``bytes`` and ``blocks`` cached now; ``parked_bytes`` and
+        ``parked_blocks`` taken out and waiting for a device synchronization before they go back
+        to the pool; ``hits``, ``misses``; frees turned away: ``refused_cap`` (freed to the
+        pool), ``refused_uncacheable``, ``refused_not_recorded`` (blocks the cache did not hand
+        out), ``refused_wrong_size``, ``refused_double_free``; ``untracked`` (blocks handed out
+        that the ownership record had no room for: never cached); ``recorded_blocks``;
+        ``reclaims`` and ``reclaimed_blocks`` (blocks of idle or destroyed streams taken back);
+        ``charged_high`` (peak of cached bytes plus reserved credit, an upper bound of the
+        cached peak, never above ``cap``); ``streams``.
 
         Cached blocks are allocated from the pool: the pool's ``used_mem_current`` and peaks
         count them.
@@ -774,9 +815,15 @@ cdef class _PoolResource(DeviceMemoryResource):
             return None
         cdef front_cache_stats v = st.value()
         return {"cap": self.c_base.cache_capacity(), "bytes": v.cached_bytes,
-                "blocks": v.cached_blocks, "hits": v.hits, "misses": v.misses,
+                "blocks": v.cached_blocks, "parked_bytes": v.parked_bytes,
+                "parked_blocks": v.parked_blocks, "hits": v.hits, "misses": v.misses,
                 "refused_cap": v.refused_cap, "refused_uncacheable": v.refused_uncacheable,
-                "charged_high": v.charged_high, "streams": v.streams}
+                "refused_not_recorded": v.refused_not_recorded,
+                "refused_wrong_size": v.refused_wrong_size,
+                "refused_double_free": v.refused_double_free, "untracked": v.untracked,
+                "recorded_blocks": v.recorded_blocks, "reclaims": v.reclaims,
+                "reclaimed_blocks": v.reclaimed_blocks, "charged_high": v.charged_high,
+                "streams": v.streams}
 
     def trim(self, min_bytes_to_keep=0):
         """Deprecated alias of :meth:`trim_to`."""

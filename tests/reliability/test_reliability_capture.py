@@ -52,12 +52,16 @@ class ControlCalls:
         attrs = pool.attributes
         saved = self.saved[name]
 
+        driver = asyncmr.driver_version()
         for row in asyncmr.attribute_table:
             def get(row=row):
                 try:
                     getattr(attrs, row.name)
                 except asyncmr.UnsupportedError:
-                    pass  # a CUDA 13.2 attribute this driver cannot answer for this pool
+                    # Only an attribute newer than this driver may be unanswerable, and only for
+                    # a pool asyncmr cannot describe itself.
+                    if row.min_driver <= driver:
+                        raise
             self._add(f"{name}.get({row.name})", get)
         for attr, value in saved.items():
             other = (not value) if isinstance(value, bool) else (0 if value else 64 * h.MiB)
