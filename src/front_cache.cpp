@@ -120,7 +120,8 @@ constexpr std::uint64_t class_shift  = 1;
 constexpr std::uint64_t class_mask   = 0x7f;
 constexpr std::uint64_t address_mask = ~std::uint64_t{0xff};
 constexpr std::size_t probe          = 16;  // two cache lines of 8 slots
-static_assert(front_cache::class_count <= class_mask + 1);
+constexpr std::size_t graph_class    = class_mask;  // marks a graph's allocation, not a class
+static_assert(front_cache::class_count <= graph_class);
 
 std::uint64_t address_of(void const* p) noexcept { return reinterpret_cast<std::uintptr_t>(p); }
 
@@ -180,6 +181,7 @@ bool front_cache::record(void* ptr, std::size_t bytes) noexcept
       untracked_.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
+    if (class_of(v) == graph_class) { recorded_.fetch_add(1, std::memory_order_relaxed); }
     return true;
   }
   std::size_t const home = home_slot(a, slot_mask_);
@@ -196,6 +198,32 @@ bool front_cache::record(void* ptr, std::size_t bytes) noexcept
   return false;
 }
 
+void front_cache::record_graph(void* ptr) noexcept
+{
+  std::uint64_t const a = address_of(ptr);
+  if (a == 0 || (a & ~address_mask) != 0) { return; }
+  std::uint64_t const value = slot_value(ptr, graph_class, false);
+  if (auto* existing = find_slot(ptr)) {
+    std::uint64_t v = existing->load(std::memory_order_acquire);
+    // The same graph again (its address comes back), or a stale record of a block the pool
+    // has handed to the graph's memory since: note the graph. Never over a cached block.
+    if ((v & cached_bit) == 0 && existing->compare_exchange_strong(v, value) &&
+        class_of(v) != graph_class) {
+      recorded_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    return;
+  }
+  std::size_t const home = home_slot(a, slot_mask_);
+  for (std::size_t i = 0; i < probe; ++i) {
+    auto& slot             = slots_[(home + i) & slot_mask_];
+    std::uint64_t expected = 0;
+    if (slot.load(std::memory_order_relaxed) == 0 &&
+        slot.compare_exchange_strong(expected, value, std::memory_order_acq_rel)) {
+      return;
+    }
+  }
+}
+
 bool front_cache::forget(void* ptr) noexcept
 {
   auto* slot = find_slot(ptr);
@@ -204,14 +232,16 @@ bool front_cache::forget(void* ptr) noexcept
   if ((v & cached_bit) != 0 || !slot->compare_exchange_strong(v, 0, std::memory_order_acq_rel)) {
     return false;
   }
-  recorded_.fetch_sub(1, std::memory_order_relaxed);
+  if (class_of(v) != graph_class) { recorded_.fetch_sub(1, std::memory_order_relaxed); }
   return true;
 }
 
 std::size_t front_cache::recorded_bytes(void const* ptr) const noexcept
 {
   auto const* slot = find_slot(ptr);
-  return slot == nullptr ? 0 : class_bytes(class_of(slot->load(std::memory_order_acquire)));
+  if (slot == nullptr) { return 0; }
+  std::size_t const c = class_of(slot->load(std::memory_order_acquire));
+  return c == graph_class ? 0 : class_bytes(c);
 }
 
 // ---- the thread-local lookup ----------------------------------------------------------------
@@ -491,6 +521,12 @@ void* front_cache::take(stream_key stream, std::size_t bytes) noexcept
 put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes) noexcept
 {
   if (ptr == nullptr || bytes == 0 || bytes > max_block_) {
+    if (ptr != nullptr) {
+      if (auto const* slot = find_slot(ptr);
+          slot != nullptr && class_of(slot->load(std::memory_order_acquire)) == graph_class) {
+        return {put_status::graph, 0};
+      }
+    }
     // A recorded block freed with an uncacheable size: the record knows better.
     std::size_t const rec = ptr == nullptr ? 0 : recorded_bytes(ptr);
     if (auto* const b = lock_bucket<bucket>(id_, stream, [this](stream_key k) { return find(k); })) {
@@ -503,6 +539,7 @@ put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes) noe
   std::size_t const c   = class_table[idx];
   auto* const slot      = find_slot(ptr);
   std::uint64_t const v = slot != nullptr ? slot->load(std::memory_order_acquire) : 0;
+  if (slot != nullptr && class_of(v) == graph_class) { return {put_status::graph, 0}; }
   auto const find_      = [this](stream_key k) { return find(k); };
   bucket* b             = lock_bucket<bucket>(id_, stream, find_);
   if (b == nullptr) {

@@ -270,13 +270,10 @@ stream_cache::stream_cache(mem_pool pool, std::size_t cap, std::optional<int> de
 stream_cache::~stream_cache()
 {
   if (cache_.held_blocks() == 0) { return; }
-  if (release() != cudaSuccess) {
-    // Never freed unproven: the blocks stay allocated in the pool (an owned pool is parked, not
-    // destroyed, while they do).
-    RMM_LOG_WARN("asyncmr: a front cache ended without a device synchronization; its %zu "
-                 "blocks stay allocated",
-                 cache_.held_blocks());
-  }
+  // A failed synchronization (at process exit the driver may be gone) frees nothing unproven:
+  // the blocks stay allocated in the pool (an owned pool is parked, not destroyed, while they
+  // do). Nothing is logged: RMM's logger may already be gone.
+  static_cast<void>(release());
 }
 
 cudaError_t stream_cache::free_parked_after_synchronizing(bool wait_for_frees) noexcept
@@ -311,19 +308,23 @@ void stream_cache::reclaim_stale() noexcept
 
 void* stream_cache::allocate(cudaStream_t stream, std::size_t bytes)
 {
+  if (capturing(stream)) {
+    // A graph allocation node: the graph owns the block (its address comes back at every
+    // launch). Noted as the graph's, never recorded as the cache's: it never enters the cache,
+    // and its frees go to the driver without the foreign-pointer question. The note needs no
+    // host memory, so nothing after the allocation can throw and leak it.
+    void* const ptr = pool_.allocate_async(bytes, stream);
+    cache_.record_graph(ptr);
+    return ptr;
+  }
   std::size_t const cls = cache_.class_size(bytes);
   if (cls == 0) {
     try {
       return pool_.allocate_async(bytes, stream);
     } catch (rmm::out_of_memory const&) {
-      if (capturing(stream) || release_caches_of(pool_.handle_or_null(), nullptr) == 0) { throw; }
+      if (release_caches_of(pool_.handle_or_null(), nullptr) == 0) { throw; }
       return pool_.allocate_async(bytes, stream);
     }
-  }
-  if (capturing(stream)) {
-    // A graph allocation node: the graph owns the block (its address comes back at every
-    // launch). Never recorded, so it never enters the cache.
-    return pool_.allocate_async(bytes, stream);
   }
   stream_key key{};
   if (!key_of(stream, key)) { return pool_.allocate_async(bytes, stream); }
@@ -389,6 +390,7 @@ free_result stream_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t
     case put_status::wrong_size: return {free_status::wrong_size, cudaSuccess, put.recorded_bytes};
     case put_status::already_cached:
       return {free_status::already_free, cudaSuccess, put.recorded_bytes};
+    case put_status::graph: return pool_free(ptr, stream);
     case put_status::uncacheable:
     case put_status::not_recorded: break;
   }

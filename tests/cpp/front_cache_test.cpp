@@ -158,12 +158,31 @@ TEST(FrontCacheRecord, OnlyABlockTheCacheHandedOutIsTakenBack)
 TEST(FrontCacheRecord, AGraphAddressFreedAgainAndAgainNeverEntersTheCache)
 {
   front_cache cache{1 * MiB};
-  void* const graph = fake(7);  // allocated inside a capture: not recorded; comes back each launch
+  void* const graph = fake(7);  // allocated inside a capture; comes back at each launch
+  cache.record_graph(graph);
   for (int launch = 0; launch < 5; ++launch) {
-    EXPECT_EQ(cache.put(3, graph, 1 * KiB).status, put_status::not_recorded) << launch;
+    EXPECT_EQ(cache.put(3, graph, 1 * KiB).status, put_status::graph) << launch;
+    EXPECT_EQ(cache.put(3, graph, 2 * MiB).status, put_status::graph) << "any size";
   }
   EXPECT_EQ(cache.take(3, 1 * KiB), nullptr);
-  EXPECT_EQ(cache.stats().cached_blocks, 0U);
+  EXPECT_EQ(cache.recorded_bytes(graph), 0U);
+  auto const s = cache.stats();
+  EXPECT_EQ(s.cached_blocks, 0U);
+  EXPECT_EQ(s.recorded_blocks, 0U) << "a graph note is not a block of the cache";
+  // The pool hands the address out later (the graph is gone): the note gives way.
+  ASSERT_TRUE(cache.record(graph, 1 * KiB));
+  EXPECT_TRUE(cached(cache, 3, graph, 1 * KiB));
+  EXPECT_EQ(cache.take(3, 1 * KiB), graph);
+}
+
+TEST(FrontCacheRecord, AGraphNoteNeverReplacesACachedBlock)
+{
+  front_cache cache{1 * MiB};
+  void* const p = handed(cache, 0, 4 * KiB);
+  ASSERT_TRUE(cached(cache, 1, p, 4 * KiB));
+  cache.record_graph(p);
+  EXPECT_EQ(cache.take(1, 4 * KiB), p);
+  EXPECT_EQ(cache.recorded_bytes(p), 4 * KiB);
 }
 
 TEST(FrontCacheRecord, AWrongSizeIsRefusedAndChangesNothing)
@@ -785,7 +804,10 @@ void stress_thread(front_cache& cache, shadow& m, stream_key first_key, bool own
     if (b.graph) {
       // A graph's allocation, freed outside the graph: never the cache's.
       auto const r = cache.put(key, b.p, b.bytes);
-      if (r.status == put_status::cached) { ++n.foreign_accepted; }
+      if (r.status != put_status::graph && r.status != put_status::not_recorded) {
+        ++n.foreign_accepted;
+      }
+      cache.forget(b.p);  // the graph and its note go (the pool may hand the address out)
       m.pool_free(b.p, shadow::graph);
       return;
     }
@@ -833,7 +855,10 @@ void stress_thread(front_cache& cache, shadow& m, stream_key first_key, bool own
       if (cache.put(key, foreign, 4 * KiB).status == put_status::cached) { ++n.foreign_accepted; }
     } else if (what < 15) {
       void* const g = m.pool_alloc(1 * KiB, shadow::graph);  // allocated inside a capture
-      if (g != nullptr) { mine.push_back({g, 1 * KiB, true}); }
+      if (g != nullptr) {
+        cache.record_graph(g);
+        mine.push_back({g, 1 * KiB, true});
+      }
     } else if (what < 17) {
       cache.drain_stream(key, [&](stream_key, void* p, std::size_t c) noexcept {
         m.on_release(p, c, ~std::uint64_t{0});

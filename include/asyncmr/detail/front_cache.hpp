@@ -19,7 +19,9 @@
  *    allocation, another pool's block, a block of the pool that an uncached sibling allocated at
  *    its exact size, a wrong size, a second free of a cached block) is answered without any
  *    change, and the owner decides: a pool free, or a refusal to the caller. A captured
- *    allocation is never recorded.
+ *    allocation is never recorded as the cache's; it is noted as a graph's (`record_graph`), so
+ *    its frees after every launch go to the pool without the owner asking the driver whose
+ *    block it is.
  * 2. **A block goes only to the stream it was freed on.** A block put for key K is handed out
  *    only to a `take` with key K, with no event: stream order on K makes that safe, as long as K
  *    names one stream for the block's whole time in the cache (see "Stream keys").
@@ -95,6 +97,7 @@ enum class put_status {
   not_recorded,    ///< the cache never handed it out; nothing changed
   wrong_size,      ///< handed out at another size class (`put_result::recorded_bytes`)
   already_cached,  ///< it is in the cache already (a double free); nothing changed
+  graph,           ///< a graph's allocation (`record_graph`): never cached; the caller frees it
 };
 
 /// @brief `put`'s answer: the status, and the class bytes the record holds for the block (0 when
@@ -194,8 +197,17 @@ class front_cache {
   [[nodiscard]] bool record(void* ptr, std::size_t bytes) noexcept;
 
   /**
-   * @brief Drops the record of a handed-out block the owner gives to the pool itself (a free
-   * made inside a stream capture). False if the record does not hold it as handed out.
+   * @brief Notes that `ptr` is a graph's allocation (made inside a stream capture), so that its
+   * frees, which come back at every launch, are recognised without asking the driver: `put`
+   * answers `put_status::graph` and never caches it. Nothing is allocated; a pointer the record
+   * has no room for is simply not noted. A later `record` of the same address (the pool
+   * handed it out) replaces the note.
+   */
+  void record_graph(void* ptr) noexcept;
+
+  /**
+   * @brief Drops the record of a handed-out block (or a graph note) the owner gives to the pool
+   * itself (a free made inside a stream capture). False if the record does not hold it so.
    */
   bool forget(void* ptr) noexcept;
 
