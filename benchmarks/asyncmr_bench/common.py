@@ -27,7 +27,7 @@ SECTIONS = {
     9: ("9_pinned_arrays", "Pinned NumPy arrays: copy bandwidth, asyncmr vs cudaHostAlloc"),
     10: ("10_cudf_parquet", "cuDF Parquet round trip: cuDF's pinned resource vs asyncmr's pool"),
     11: ("11_front_cache",
-         "Front cache (issue 14): cached pinned pairs vs CuPy's pinned pool, C++ hits, threads"),
+         "Front cache: cached pinned pairs vs CuPy's pinned pool, C++ hits, threads"),
 }
 SECTION_KEYS = {num: key for num, (key, _) in SECTIONS.items()}
 SECTION_TITLES = {num: title for num, (_, title) in SECTIONS.items()}

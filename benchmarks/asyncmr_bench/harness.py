@@ -190,7 +190,7 @@ def set_release_gil(mr, mode: str):
     """``mr.release_gil = mode``; a clear error on a build without the property."""
     if not hasattr(type(mr), "release_gil"):
         raise RuntimeError(f"this asyncmr build has no {type(mr).__name__}.release_gil "
-                           "(issue 12 item 1): nothing to compare")
+                           ": nothing to compare")
     mr.release_gil = mode
     return mr
 

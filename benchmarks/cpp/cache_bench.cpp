@@ -4,7 +4,7 @@
 
 /**
  * @file cache_bench.cpp
- * @brief What the front cache (issue 14) costs on a hit, on a GPU, as one JSON object on stdout.
+ * @brief What the front cache costs on a hit, on a GPU, as one JSON object on stdout.
  *
  * Measured in one run, warm-up first, then interleaved rounds (the order rotated each round, so
  * drift on a shared machine hits every way alike); every number is the median of the rounds,

@@ -14,7 +14,7 @@
  *     in the same round; "scaling" = aggregate pairs/s over the one-thread pairs/s.
  *   - meta.control_scaling: the same ratio for pure arithmetic, the ceiling on this machine now
  *     (a busy or shared host shows here, not as a fault of the cache).
- * Targets (issue 14, for the cache's share of a pair): single-thread hit pair < 150 ns, and
+ * Targets (for the cache's share of a pair): single-thread hit pair < 150 ns, and
  * own_streams scaling >= 4 with 8 threads on a machine with >= 8 cores ("scaling_met" is null
  * when the machine has fewer cores than threads: the number then says nothing about the cache).
  *

@@ -40,7 +40,7 @@ from asyncmr._core import (
 from asyncmr._attributes import TABLE as attribute_table
 from asyncmr._attributes import AttributeInfo, PeakTracker, PoolAttributes
 
-# Pinned NumPy arrays (issue 10). The CuPy and Dask doors are submodules that import their
+# Pinned NumPy arrays. The CuPy and Dask doors are submodules that import their
 # library: `import asyncmr.cupy`, `import asyncmr.dask`.
 from asyncmr.pinned import (
     PinnedBlock,

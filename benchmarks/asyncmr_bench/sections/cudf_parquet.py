@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Section 10: a cuDF Parquet round trip through host buffers (issue 10 items 3 and 5):
+"""Section 10: a cuDF Parquet round trip through host buffers:
 pylibcudf writes a ~100 MB table to a file in the temporary directory and reads it back (the
 file stays in the page cache), with cuDF's default
 pinned resource, and with asyncmr's pinned pool installed as cuDF's pinned resource through
@@ -38,7 +38,7 @@ def _require(ctx):
         amcudf = importlib.import_module("asyncmr.cudf")
     except ImportError as e:
         raise Skip("this asyncmr has no asyncmr.cudf module (optional; built only when libcudf "
-                   f"is found at build time; issue 10 item 3): {err_text(e)}") from e
+                   f"is found at build time): {err_text(e)}") from e
     if not callable(getattr(amcudf, "set_pinned_memory_resource", None)):
         raise Skip("asyncmr.cudf has no set_pinned_memory_resource(mr)")
     try:

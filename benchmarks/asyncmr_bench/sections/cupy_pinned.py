@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Section 8: a CuPy staging loop through CuPy's pinned-memory allocator (issue 10 items 1
-and 5): CuPy's own ``PinnedMemoryPool`` against asyncmr's pinned pool installed as CuPy's
+"""Section 8: a CuPy staging loop through CuPy's pinned-memory allocator:
+CuPy's own ``PinnedMemoryPool`` against asyncmr's pinned pool installed as CuPy's
 pinned allocator with ``asyncmr.cupy.pinned_allocator(mr)``.
 
 Each chunk's host buffer comes from ``cupy.cuda.alloc_pinned_memory`` (the allocator under
@@ -41,10 +41,10 @@ def require_cupy_pinned_allocator(ctx):
     try:
         amcupy = importlib.import_module("asyncmr.cupy")
     except ImportError as e:
-        raise Skip(f"this asyncmr has no asyncmr.cupy module ({err_text(e)}; issue 10 item 1)"
+        raise Skip(f"this asyncmr has no asyncmr.cupy module ({err_text(e)})"
                    ) from e
     if not callable(getattr(amcupy, "pinned_allocator", None)):
-        raise Skip("asyncmr.cupy has no pinned_allocator(mr) context manager (issue 10 item 1)")
+        raise Skip("asyncmr.cupy has no pinned_allocator(mr) context manager")
     return cp, amcupy
 
 

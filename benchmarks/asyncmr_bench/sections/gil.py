@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Section 7: what asyncmr's GIL policy (``mr.release_gil``, issue 12 item 1) costs and buys,
+"""Section 7: what asyncmr's GIL policy (``mr.release_gil``) costs and buys,
 measured in one run:
 
 1. **Stall.** A Python ticker thread (``time.sleep(gil_tick_s)`` in a loop) records its longest

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Section 9: copy bandwidth of pinned NumPy arrays (issue 10 item 2):
+"""Section 9: copy bandwidth of pinned NumPy arrays:
 ``asyncmr.pinned_empty(shape, dtype)`` (pool-pinned memory) against ``cupyx.empty_pinned``
 (CuPy's pinned allocator: ``cudaHostAlloc`` memory), host-to-device with ``ndarray.set`` and
 device-to-host with ``ndarray.get(out=...)``, each copy timed with CUDA events on one
@@ -30,7 +30,7 @@ def run(cfg, ctx) -> dict:
         raise Skip(f"CuPy is not installed ({err_text(e)})") from e
     pinned_empty = getattr(ctx.asyncmr, "pinned_empty", None)
     if not callable(pinned_empty):
-        raise Skip("this asyncmr has no asyncmr.pinned_empty (issue 10 item 2)")
+        raise Skip("this asyncmr has no asyncmr.pinned_empty")
 
     nbytes = cfg.array_bytes
     results: dict = {}
