@@ -28,6 +28,13 @@
 #             tests/test_cudf.py must run (ASYNCMR_REQUIRE_CUDF=1) and examples/cudf_pinned is
 #             built against the installed C++ package (needs consumer) and run
 #   soak      long stress run (ASYNCMR_STRESS_SECONDS, default 240)
+#   probe     ci/probes/pointer_facts.cu built with the host's nvcc and run: the driver facts the
+#             front cache's ownership rules rely on (docs/DRIVER_FACTS.md)
+#   before    the defect tests on the code before their fix: BEFORE_TAR (default
+#             .before/tree.tar, made here with `git archive -o .before/tree.tar <commit>`; the
+#             tree must hold the tests) is built into its own site and its soundness tests run
+#             there, Python and C++. Their failures are the evidence the tests can fail: logged,
+#             and they do not fail the run
 #
 # Needs, in the repository:
 #   .whl/core/*.whl   ../shared/wheelhouse.sh .whl core       (rmm, librmm for CUDA 13)
@@ -76,7 +83,7 @@ has() {
 }
 for s in "${stages[@]}"; do
   case $s in
-    build|cpp|consumer|pytest|demo|bench|memcheck|tsan|sanitizer|cu12|cudf|cache|cachecheck|soak) ;;
+    build|cpp|consumer|pytest|demo|bench|memcheck|tsan|sanitizer|cu12|cudf|cache|cachecheck|soak|probe|before) ;;
     *) echo "unknown stage: $s" >&2; exit 2 ;;
   esac
 done
@@ -317,6 +324,38 @@ print(":".join(dict.fromkeys(found)))  # PYTHONPATH (the carried wheels) before 
       # Where it stopped, for the log.
       env LD_LIBRARY_PATH="$ldpath:${LD_LIBRARY_PATH:-}" cuda-gdb -batch -ex run -ex bt \
         build/cudf_pinned/cudf_pinned 2>&1 | tail -40 | tee -a "$log"
+    fi
+  fi
+fi
+
+if has probe; then
+  run probe-build nvcc -O2 -std=c++17 -o /tmp/pointer_facts ci/probes/pointer_facts.cu -lcuda \
+    && run probe /tmp/pointer_facts
+fi
+
+if has before; then
+  tree=${BEFORE_TAR:-.before/tree.tar}
+  if [ ! -f "$tree" ]; then
+    fail before "no $tree (git archive -o $tree <commit> where the pool is reachable)"
+  else
+    rm -rf /tmp/before /tmp/site-before && mkdir -p /tmp/before /tmp/site-before
+    tar -xf "$tree" -C /tmp/before
+    cp -r .gtest /tmp/before/.gtest 2>/dev/null
+    if run before-build env PYTHONPATH="$site:$site_build" python3 -m pip install \
+         --no-build-isolation --no-deps -q --target /tmp/site-before /tmp/before; then
+      # Expected to fail: not counted in the status.
+      say "before: the soundness tests on the code before the fix (failures expected)"
+      (cd /tmp/before && PYTHONPATH="/tmp/site-before:$site" timeout 1200 python3 -m pytest \
+         tests/test_cache_soundness.py tests/test_ipc.py -q -rs -p no:cacheprovider \
+         --timeout 150) 2>&1 | tee -a "$log"
+      (cd /tmp/before && PYTHONPATH="$site" cmake -S . -B build/cpp -G Ninja \
+         -DASYNCMR_BUILD_PYTHON=OFF -DASYNCMR_BUILD_TESTS=ON -DASYNCMR_TEST_CUDA_ARCHITECTURES=90 \
+         -DASYNCMR_GTEST_SOURCE_DIR=/tmp/before/.gtest -DASYNCMR_TEST_NVCC="$(command -v nvcc)" \
+         -DPython3_EXECUTABLE="$(command -v python3)" -DCMAKE_BUILD_TYPE=Release \
+         "-DCMAKE_PREFIX_PATH=$site/librmm;$site/rapids_logger" >/dev/null \
+         && cmake --build build/cpp -j 16 --target asyncmr_tests >/dev/null \
+         && ctest --test-dir build/cpp -R Soundness --output-on-failure) 2>&1 | tee -a "$log"
+      say "before: done (its failures do not fail this run)"
     fi
   fi
 fi
