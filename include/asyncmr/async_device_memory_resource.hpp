@@ -7,17 +7,8 @@
 
 #include <cuda/memory_resource>
 
-#include <optional>
 
 namespace asyncmr {
-
-/// @brief Construction options of `async_device_memory_resource`.
-struct device_resource_options {
-  std::optional<int> device{};                       ///< unset: the current device
-  pool_source source{pool_source::default_pool};     ///< which pool
-  std::optional<std::uint64_t> release_threshold{};  ///< bytes; see the constructor
-  std::size_t cache{0};  ///< byte cap of the per-stream front cache; 0 = no cache
-};
 
 /**
  * @brief Stream-ordered device memory from a device memory pool, with the same pool control
@@ -30,13 +21,12 @@ class async_device_memory_resource final : public detail::pool_resource_base {
    * `cudaMallocAsync` uses too). Process-wide effect: the release threshold policy of
    * `async_managed_memory_resource`.
    */
-  explicit async_device_memory_resource(device_resource_options const& options = {});
+  explicit async_device_memory_resource(resource_options const& options = {});
   /// @brief Allocates from `pool`, a device pool the caller made (not destroyed unless owned).
-  explicit async_device_memory_resource(mem_pool pool,
-                                        device_resource_options const& options = {});
+  explicit async_device_memory_resource(mem_pool pool, resource_options const& options = {});
 
   /// @brief The device the memory lives on.
-  [[nodiscard]] int device() const noexcept { return device_; }
+  [[nodiscard]] int device() const noexcept { return resource_device().value_or(0); }
 
   [[nodiscard]] bool operator==(async_device_memory_resource const& other) const noexcept
   {
@@ -46,15 +36,6 @@ class async_device_memory_resource final : public detail::pool_resource_base {
   friend void get_property(async_device_memory_resource const&, cuda::mr::device_accessible) noexcept
   {
   }
-
- private:
-  // The constructors resolve the device once and delegate here.
-  struct adopted_tag {};
-  async_device_memory_resource(device_resource_options const& options, int device);
-  async_device_memory_resource(mem_pool pool, device_resource_options const& options, adopted_tag);
-  async_device_memory_resource(mem_pool pool, device_resource_options const& options, int device);
-
-  int device_{};
 };
 
 static_assert(cuda::mr::resource<async_device_memory_resource>);

@@ -7,20 +7,8 @@
 
 #include <cuda/memory_resource>
 
-#include <optional>
-#include <vector>
 
 namespace asyncmr {
-
-/// @brief Construction options of `async_managed_memory_resource`.
-struct managed_resource_options {
-  std::optional<int> device{};                        ///< unset: the current device
-  pool_source source{pool_source::default_pool};      ///< which pool
-  std::optional<asyncmr::location> location{};        ///< unset: `location::device(device)`
-  std::optional<std::uint64_t> release_threshold{};   ///< bytes; see the constructor
-  std::optional<std::vector<int>> accessible_from{};  ///< host-located pools; unset = all devices
-  std::size_t cache{0};  ///< byte cap of the per-stream front cache; 0 = no cache
-};
 
 /**
  * @brief Stream-ordered managed (unified) memory from a CUDA 13 managed memory pool.
@@ -43,13 +31,12 @@ class async_managed_memory_resource final : public detail::pool_resource_base {
    * driver's managed pools through its entry points), or on devices without concurrent managed
    * access; `no_device_error` without a usable CUDA device.
    */
-  explicit async_managed_memory_resource(managed_resource_options const& options = {});
+  explicit async_managed_memory_resource(resource_options const& options = {});
   /// @brief Allocates from `pool` (adopted, never destroyed by the resource unless it owns it).
-  explicit async_managed_memory_resource(mem_pool pool,
-                                         managed_resource_options const& options = {});
+  explicit async_managed_memory_resource(mem_pool pool, resource_options const& options = {});
 
   /// @brief The device the resource was made for.
-  [[nodiscard]] int device() const noexcept { return device_; }
+  [[nodiscard]] int device() const noexcept { return resource_device().value_or(0); }
 
   [[nodiscard]] bool operator==(async_managed_memory_resource const& other) const noexcept
   {
@@ -63,14 +50,6 @@ class async_managed_memory_resource final : public detail::pool_resource_base {
   friend void get_property(async_managed_memory_resource const&, cuda::mr::host_accessible) noexcept
   {
   }
-
- private:
-  // The public constructors resolve the device once (`options.device` or the current one,
-  // checked) and delegate here.
-  async_managed_memory_resource(managed_resource_options const& options, int device);
-  async_managed_memory_resource(mem_pool pool, managed_resource_options const& options, int device);
-
-  int device_{};
 };
 
 static_assert(cuda::mr::resource<async_managed_memory_resource>);

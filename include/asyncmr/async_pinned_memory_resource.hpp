@@ -7,19 +7,8 @@
 
 #include <cuda/memory_resource>
 
-#include <optional>
-#include <vector>
 
 namespace asyncmr {
-
-/// @brief Construction options of `async_pinned_memory_resource`.
-struct pinned_resource_options {
-  pool_source source{pool_source::default_pool};      ///< which pool
-  std::optional<int> numa_node{};                     ///< unset: any host memory
-  std::optional<std::uint64_t> release_threshold{};   ///< bytes; see the constructor
-  std::optional<std::vector<int>> accessible_from{};  ///< unset: every visible device
-  std::size_t cache{0};  ///< byte cap of the per-stream front cache; 0 = no cache
-};
 
 /**
  * @brief Stream-ordered pinned (page-locked) host memory from a host memory pool (CUDA 12.6+).
@@ -38,10 +27,9 @@ class async_pinned_memory_resource final : public detail::pool_resource_base {
    * Process-wide effects on shared pools: access grants, and the release threshold policy of
    * `async_managed_memory_resource`.
    */
-  explicit async_pinned_memory_resource(pinned_resource_options const& options = {});
+  explicit async_pinned_memory_resource(resource_options const& options = {});
   /// @brief Allocates from `pool`, a host pool the caller made (not destroyed unless owned).
-  explicit async_pinned_memory_resource(mem_pool pool,
-                                        pinned_resource_options const& options = {});
+  explicit async_pinned_memory_resource(mem_pool pool, resource_options const& options = {});
 
   [[nodiscard]] bool operator==(async_pinned_memory_resource const& other) const noexcept
   {

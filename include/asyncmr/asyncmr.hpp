@@ -14,3 +14,4 @@
 #include <asyncmr/location.hpp>
 #include <asyncmr/mem_pool.hpp>
 #include <asyncmr/pool_attributes.hpp>
+#include <asyncmr/resource_options.hpp>

@@ -133,25 +133,13 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         mem_pool import_fd(int, location_t, AllocationType) except +translate_exception
         cbool imported()
 
-    cdef cppclass managed_resource_options:
+    cdef cppclass resource_options:
         optional[int] device
         PoolSource source
         optional[location_t] where "location"
-        optional[uint64_t] release_threshold
-        optional[vector[int]] accessible_from
-        size_t cache
-
-    cdef cppclass pinned_resource_options:
-        PoolSource source
         optional[int] numa_node
         optional[uint64_t] release_threshold
         optional[vector[int]] accessible_from
-        size_t cache
-
-    cdef cppclass device_resource_options:
-        optional[int] device
-        PoolSource source
-        optional[uint64_t] release_threshold
         size_t cache
 
     cdef cppclass imported_allocation:
@@ -266,8 +254,7 @@ cdef class _PoolResource(DeviceMemoryResource):
     cdef mem_pool* _adopt   # the adopted pool while a subclass builds, else NULL
     cdef object _adopted    # keeps it alive meanwhile
 
-    cdef _prepare(self, pool, release_threshold, cache, PoolSource* source,
-                  optional[uint64_t]* threshold, size_t* cache_cap)
+    cdef _prepare(self, pool, release_threshold, cache, resource_options* options)
     cdef _bind(self, pool_resource_base* base, optional[device_async_resource_ref] ref)
     cdef void _refresh_headroom(self) noexcept
 

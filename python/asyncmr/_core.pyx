@@ -650,15 +650,16 @@ cdef class _PoolResource(DeviceMemoryResource):
     """
 
 
-    cdef _prepare(self, pool, release_threshold, cache, PoolSource* source,
-                  optional[uint64_t]* threshold, size_t* cache_cap):
-        """The options every resource takes: which pool (adopting an int or a MemPool), the
-        release threshold and the front cache's cap (bytes; None or 0: no cache)."""
-        threshold[0] = to_bytes("release_threshold", release_threshold)
+    cdef _prepare(self, pool, release_threshold, cache, resource_options* options):
+        """The options every resource takes, into ``options``: which pool (adopting an int or a
+        MemPool), the release threshold and the front cache's cap (bytes; None or 0: no
+        cache). The C++ constructor checks them all again, with the rest, before any pool
+        changes."""
+        options.release_threshold = to_bytes("release_threshold", release_threshold)
         cap = _validate.size("cache", cache)
-        cache_cap[0] = 0 if cap is None else cap
+        options.cache = 0 if cap is None else cap
         name, adopted = _validate.pool(pool)
-        source[0] = POOL_SOURCES[name] if adopted is None else PoolSource.default_pool
+        options.source = POOL_SOURCES[name] if adopted is None else PoolSource.default_pool
         self._adopt = NULL
         if adopted is not None:
             if not isinstance(adopted, MemPool):
@@ -886,13 +887,13 @@ cdef class AsyncManagedMR(_PoolResource):
 
     def __cinit__(self, device=None, *, pool="default", location=None,
                   release_threshold=None, accessible_from="all", cache=None):
-        cdef managed_resource_options o
-        self._prepare(pool, release_threshold, cache, &o.source, &o.release_threshold, &o.cache)
+        cdef resource_options o
+        self._prepare(pool, release_threshold, cache, &o)
         o.device = to_ordinal(device, "device")
         if location is not None:
             o.where = optional[location_t](to_location(location))
         o.accessible_from = to_devices(accessible_from)
-        self.c_obj = make_resource[async_managed_memory_resource, managed_resource_options](
+        self.c_obj = make_resource[async_managed_memory_resource, resource_options](
             self._adopt, o)
         self._bind(self.c_obj.get(), make_ref(deref(self.c_obj)))
 
@@ -927,11 +928,11 @@ cdef class AsyncPinnedMR(_PoolResource):
 
     def __cinit__(self, *, pool="default", numa_node=None, accessible_from="all",
                   release_threshold=None, cache=None):
-        cdef pinned_resource_options o
-        self._prepare(pool, release_threshold, cache, &o.source, &o.release_threshold, &o.cache)
+        cdef resource_options o
+        self._prepare(pool, release_threshold, cache, &o)
         o.numa_node = to_ordinal(numa_node, "numa_node")
         o.accessible_from = to_devices(accessible_from)
-        self.c_obj = make_resource[async_pinned_memory_resource, pinned_resource_options](
+        self.c_obj = make_resource[async_pinned_memory_resource, resource_options](
             self._adopt, o)
         self._bind(self.c_obj.get(), make_ref(deref(self.c_obj)))
 
@@ -961,10 +962,10 @@ cdef class AsyncDeviceMR(_PoolResource):
     _allocation_type = "device"
 
     def __cinit__(self, device=None, *, pool="default", release_threshold=None, cache=None):
-        cdef device_resource_options o
-        self._prepare(pool, release_threshold, cache, &o.source, &o.release_threshold, &o.cache)
+        cdef resource_options o
+        self._prepare(pool, release_threshold, cache, &o)
         o.device = to_ordinal(device, "device")
-        self.c_obj = make_resource[async_device_memory_resource, device_resource_options](
+        self.c_obj = make_resource[async_device_memory_resource, resource_options](
             self._adopt, o)
         self._bind(self.c_obj.get(), make_ref(deref(self.c_obj)))
 

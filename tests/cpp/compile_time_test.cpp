@@ -16,7 +16,10 @@
 
 #include <cstdint>
 #include <set>
+#include <stdexcept>
+#include <string>
 #include <string_view>
+#include <vector>
 #include <type_traits>
 
 namespace {
@@ -110,3 +113,49 @@ TEST(CompileTimeContracts, AttributeTableRowsAreTheEnumInOrder)
 }
 
 }  // namespace
+
+// ---- one options struct, one check ---------------------------------------------------------
+
+namespace asyncmr::test {
+namespace {
+
+// A field a resource does not use is refused by name before anything else happens: these need
+// no GPU (nothing is asked of CUDA before the options are checked).
+TEST(ResourceOptions, AFieldTheResourceDoesNotUseIsRefusedByName)
+{
+  auto refused = [](auto make, char const* field) {
+    try {
+      make();
+    } catch (std::invalid_argument const& e) {
+      return std::string{e.what()}.find(field) != std::string::npos;
+    }
+    return false;
+  };
+  EXPECT_TRUE(refused([] { async_pinned_memory_resource{{.device = 0}}; }, "takes no device"));
+  EXPECT_TRUE(refused([] { async_pinned_memory_resource{{.location = location::host()}}; },
+                      "takes no location"));
+  EXPECT_TRUE(refused([] { async_device_memory_resource{{.numa_node = 0}}; }, "takes no numa_node"));
+  EXPECT_TRUE(refused([] { async_device_memory_resource{{.accessible_from = std::vector<int>{0}}}; },
+                      "takes no accessible_from"));
+  EXPECT_TRUE(refused([] { async_managed_memory_resource{{.numa_node = 1}}; }, "takes no numa_node"));
+  EXPECT_TRUE(refused([] { async_device_memory_resource{{.cache = 100}}; }, "cache must be 0"));
+}
+
+TEST(ResourceOptions, TheThreeOptionNamesAreOneStruct)
+{
+  static_assert(std::is_same_v<managed_resource_options, resource_options>);
+  static_assert(std::is_same_v<pinned_resource_options, resource_options>);
+  static_assert(std::is_same_v<device_resource_options, resource_options>);
+  // One field order: every resource's designated initializers read alike.
+  [[maybe_unused]] resource_options const o{.device            = 0,
+                                            .source            = pool_source::new_pool,
+                                            .location          = location::device(0),
+                                            .numa_node         = 0,
+                                            .release_threshold = 0,
+                                            .accessible_from   = std::vector<int>{0},
+                                            .cache             = 0};
+  SUCCEED();
+}
+
+}  // namespace
+}  // namespace asyncmr::test

@@ -6,6 +6,7 @@
 #include <asyncmr/front_cache_stats.hpp>
 #include <asyncmr/location.hpp>
 #include <asyncmr/mem_pool.hpp>
+#include <asyncmr/resource_options.hpp>
 
 #include <rmm/aligned.hpp>
 
@@ -28,30 +29,22 @@ namespace asyncmr {
 
 namespace detail {
 
-/// @brief Everything a resource constructor decides about its pool.
-struct pool_request {
-  allocation_type type;
-  asyncmr::location location;
-  pool_source source{pool_source::default_pool};
-  /// Unset: shared pools with threshold 0 are raised to the maximum, owned pools get the
-  /// maximum. Set: applied exactly, whatever the pool.
-  std::optional<std::uint64_t> release_threshold{};
-  /// Devices to grant read-write access to; unset = every visible device. Only host pools.
-  std::optional<std::vector<int>> accessible_from{};
-  int device{0};  ///< device the capability checks are made for
+/// @brief What a resource constructor decided: its pool, its device, its cache's cap.
+struct resolved_pool {
+  mem_pool pool;
+  std::optional<int> device;  ///< managed and device resources
+  std::size_t cache{0};
 };
 
-/// @brief Obtains the pool `request` describes and applies the threshold and access policy.
-[[nodiscard]] mem_pool acquire_pool(pool_request const& request);
-
 /**
- * @brief Applies the policy to a pool the caller handed in (adopted): the threshold only when
- * given, and access grants for host pools.
+ * @brief Checks `options` for a resource handing out `type` memory and obtains its pool: a new
+ * or shared one, or `adopt` when given, with the release threshold and access policy applied.
+ * Every argument is checked before the first change to a (possibly shared) pool, so a refused
+ * construction leaves every pool as it was.
  */
-void configure_adopted_pool(mem_pool& pool,
-                            std::optional<std::uint64_t> release_threshold,
-                            std::optional<std::vector<int>> const& accessible_from,
-                            bool host_pool);
+[[nodiscard]] resolved_pool resolve_pool(allocation_type type,
+                                         resource_options const& options,
+                                         mem_pool const* adopt);
 
 class stream_cache;
 
@@ -157,7 +150,9 @@ class pool_resource_base {
   void trim_to(std::size_t min_bytes_to_keep = 0);
 
  protected:
-  explicit pool_resource_base(mem_pool pool);
+  /// @brief A resource on `resolved.pool`, with a front cache when `resolved.cache` > 0 (its
+  /// frees run in the context of `resolved.device`, the pool's device; unset for host pools).
+  explicit pool_resource_base(resolved_pool resolved);
   ~pool_resource_base();
   pool_resource_base(pool_resource_base const&)            = default;
   pool_resource_base& operator=(pool_resource_base const&) = default;
@@ -170,12 +165,12 @@ class pool_resource_base {
     return pool_ == other.pool_ && cache_ == other.cache_;
   }
 
-  /// @brief `cache_bytes` > 0 gives the resource a front cache whose frees run in the context
-  /// of `device` (the pool's device; unset for host pools).
-  pool_resource_base(mem_pool pool, std::size_t cache_bytes, std::optional<int> device);
+  /// @brief The device the resource is for (managed and device resources).
+  [[nodiscard]] std::optional<int> resource_device() const noexcept { return device_; }
 
  private:
   mem_pool pool_;
+  std::optional<int> device_;
   // Shared by copies; the last copy empties the cache.
   std::shared_ptr<stream_cache> cache_;
 };

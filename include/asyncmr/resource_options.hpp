@@ -1,0 +1,54 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#pragma once
+
+/// @file resource_options.hpp
+/// @brief The construction options of the three resources: one struct, checked in one place.
+
+#include <asyncmr/location.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace asyncmr {
+
+/**
+ * @brief How a resource obtains its pool and what it puts in front of it.
+ *
+ * One struct for the three resources. A field the resource does not use must stay unset: its
+ * constructor refuses it by name (`std::invalid_argument`) before any pool is touched, as it
+ * refuses every other bad value (a device that does not exist, a cache cap out of range). The
+ * fields are in one order, so designated initializers read the same for every resource:
+ * `async_pinned_memory_resource{{.source = pool_source::new_pool, .cache = 64 << 20}}`.
+ */
+struct resource_options {
+  /// Managed and device resources: the device they are for; unset = the current device.
+  std::optional<int> device{};
+  /// Which pool: the location's default pool, its current pool, or a new one the resource owns.
+  pool_source source{pool_source::default_pool};
+  /// Managed resources: where the pool's memory lives; unset = `location::device(device)`.
+  std::optional<asyncmr::location> location{};
+  /// Pinned resources: take memory from this host NUMA node; unset = any host memory.
+  std::optional<int> numa_node{};
+  /// Bytes the pool keeps reserved across synchronizations. Unset: a shared pool whose threshold
+  /// is 0 is raised to the maximum (process-wide), an owned pool gets the maximum. Set (0 too):
+  /// applied exactly.
+  std::optional<std::uint64_t> release_threshold{};
+  /// Pinned resources and host-located managed pools: devices granted read-write access; unset =
+  /// every visible device. Ignored for device-located managed pools (their device has access).
+  std::optional<std::vector<int>> accessible_from{};
+  /// Byte cap of the per-stream front cache; 0 = no cache, else in [256 B, 1 PiB].
+  std::size_t cache{0};
+};
+
+/// @brief The options of `async_managed_memory_resource` (the one struct).
+using managed_resource_options = resource_options;
+/// @brief The options of `async_pinned_memory_resource` (the one struct).
+using pinned_resource_options = resource_options;
+/// @brief The options of `async_device_memory_resource` (the one struct).
+using device_resource_options = resource_options;
+
+}  // namespace asyncmr

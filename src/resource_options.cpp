@@ -1,0 +1,176 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+
+// How a resource gets its pool: the one check of `resource_options` for each kind of memory,
+// then the pool (shared, new or adopted) with the threshold and access policy applied. Nothing
+// is changed before every argument was checked.
+
+#include <asyncmr/capability.hpp>
+#include <asyncmr/detail/front_cache.hpp>
+#include <asyncmr/detail/pool_resource_base.hpp>
+#include <asyncmr/error.hpp>
+
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace asyncmr::detail {
+namespace {
+
+char const* resource_name(allocation_type type) noexcept
+{
+  switch (type) {
+    case allocation_type::managed: return "AsyncManagedMR";
+    case allocation_type::pinned: return "AsyncPinnedMR";
+    case allocation_type::device: break;
+  }
+  return "AsyncDeviceMR";
+}
+
+[[noreturn]] void refuse_field(allocation_type type, char const* field, char const* why)
+{
+  throw std::invalid_argument{std::string{"asyncmr: "} + resource_name(type) + " takes no " +
+                              field + " (" + why + ")"};
+}
+
+// Every field, for the kind of memory the resource hands out; throws naming the first bad one.
+void check_options(allocation_type type, resource_options const& o)
+{
+  if (type == allocation_type::pinned && o.device) {
+    refuse_field(type, "device", "pinned memory belongs to the host; accessible_from names the "
+                                 "devices that use it");
+  }
+  if (type != allocation_type::managed && o.location) {
+    refuse_field(type, "location", type == allocation_type::pinned
+                                     ? "its pool is on the host; numa_node picks a NUMA node"
+                                     : "its pool is on its device");
+  }
+  if (type != allocation_type::pinned && o.numa_node) {
+    refuse_field(type, "numa_node", "only pinned pools are placed on a host NUMA node");
+  }
+  if (type == allocation_type::device && o.accessible_from) {
+    refuse_field(type, "accessible_from", "device pools are accessible from their device");
+  }
+  if (o.cache != 0 && (o.cache < front_cache::min_class_bytes || o.cache > front_cache::max_cap)) {
+    throw std::invalid_argument{"asyncmr: cache must be 0 (no cache) or a cap in [256 B, 1 PiB], "
+                                "got " + std::to_string(o.cache) + " bytes"};
+  }
+  if (o.numa_node && *o.numa_node < 0) {
+    throw std::invalid_argument{"asyncmr: numa_node must be >= 0, got " +
+                                std::to_string(*o.numa_node)};
+  }
+  if (o.accessible_from) {
+    for (int const d : *o.accessible_from) { require_device(d); }
+  }
+}
+
+int resolve_device(std::optional<int> device)
+{
+  if (device) {
+    require_device(*device);
+    return *device;
+  }
+  return current_device();
+}
+
+std::vector<int> all_devices()
+{
+  std::vector<int> devices(static_cast<std::size_t>(require_cuda()));
+  std::iota(devices.begin(), devices.end(), 0);
+  return devices;
+}
+
+void grant_access(mem_pool& pool, std::optional<std::vector<int>> const& accessible_from)
+{
+  pool.set_access(accessible_from ? *accessible_from : all_devices(), access_mode::read_write);
+}
+
+void require_type(mem_pool const& pool, allocation_type expected)
+{
+  auto const t = pool.type();
+  if (t && *t != expected) {
+    throw std::invalid_argument{std::string{"asyncmr: "} + resource_name(expected) + " needs a " +
+                                to_string(expected) + " pool; this pool hands out " +
+                                to_string(*t) + " memory"};
+  }
+}
+
+// A shared pool's threshold: exactly what was asked, else raised from 0 (a default pool's) to the
+// maximum so it keeps memory across synchronizations; a non-zero value someone set is kept.
+void apply_shared_threshold_policy(mem_pool& pool, std::optional<std::uint64_t> threshold)
+{
+  if (threshold) {
+    pool.set<pool_attribute::release_threshold>(*threshold);
+  } else if (pool.get<pool_attribute::release_threshold>() == 0) {
+    pool.set<pool_attribute::release_threshold>(std::numeric_limits<std::uint64_t>::max());
+  }
+}
+
+mem_pool obtain(allocation_type type, location const& where, resource_options const& o)
+{
+  switch (o.source) {
+    case pool_source::current: return mem_pool::current(where, type);
+    case pool_source::new_pool:
+      return mem_pool::create(pool_properties{
+        .type = type, .location = where, .release_threshold = o.release_threshold});
+    case pool_source::default_pool: break;
+  }
+  return mem_pool::default_pool(where, type);
+}
+
+}  // namespace
+
+resolved_pool resolve_pool(allocation_type type, resource_options const& o, mem_pool const* adopt)
+{
+  check_options(type, o);
+  std::optional<int> device;
+  if (adopt != nullptr) {
+    mem_pool pool = *adopt;
+    static_cast<void>(pool.handle());  // a closed pool is refused here, not at first use
+    require_type(pool, type);
+    bool remote = false;  // does the pool need access grants?
+    switch (type) {
+      case allocation_type::pinned: remote = true; break;
+      case allocation_type::managed: {
+        device = resolve_device(o.device);
+        // A host-located managed pool starts with no device access. When the driver cannot say
+        // where an adopted pool lives, its answer to "can the resource's device access it"
+        // decides.
+        auto const w = pool.location();
+        remote       = w ? w->is_host() : pool.access(*device) == access_mode::none;
+        break;
+      }
+      case allocation_type::device: {
+        auto const w = pool.location();
+        device = (w && w->kind == location_kind::device) ? w->id : resolve_device(o.device);
+        break;
+      }
+    }
+    if (o.release_threshold) { pool.set<pool_attribute::release_threshold>(*o.release_threshold); }
+    if (remote) { grant_access(pool, o.accessible_from); }
+    return {std::move(pool), device, o.cache};
+  }
+  location where = location::host();
+  switch (type) {
+    case allocation_type::pinned:
+      where = o.numa_node ? location::host_numa(*o.numa_node) : location::host();
+      break;
+    case allocation_type::managed:
+      device = resolve_device(o.device);
+      where  = o.location.value_or(location::device(*device));
+      break;
+    case allocation_type::device:
+      device = resolve_device(o.device);
+      where  = location::device(*device);
+      break;
+  }
+  mem_pool pool = obtain(type, where, o);
+  if (o.source != pool_source::new_pool) { apply_shared_threshold_policy(pool, o.release_threshold); }
+  if (where.is_host()) { grant_access(pool, o.accessible_from); }
+  return {std::move(pool), device, o.cache};
+}
+
+}  // namespace asyncmr::detail
