@@ -121,8 +121,14 @@ void require_device(int device)
 int current_device()
 {
   require_cuda();
-  int device = 0;
-  ASYNCMR_CUDA_TRY(cudaGetDevice(&device));
+  int device        = 0;
+  auto const status = cudaGetDevice(&device);
+  if (status != cudaSuccess) {
+    // Said here, not through the error translator: the probe never depends on it.
+    detail::clear_own_error(status);
+    throw cuda_error{status, std::string{"asyncmr: cudaGetDevice failed: "} +
+                               cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")"};
+  }
   return device;
 }
 

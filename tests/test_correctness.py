@@ -279,13 +279,10 @@ def test_attribute_table_is_full_in_any_import_order(first):
     assert proc.returncode == 0 and "OK" in proc.stdout, describe(proc)
 
 
-def test_deprecated_names_warn_and_work(gpu):
+def test_the_names_removed_in_0_3_are_gone(gpu):
     mr = AsyncDeviceMR(pool="new")
-    with pytest.warns(DeprecationWarning, match="trim_to"):
-        mr.trim(0)
-    with pytest.warns(DeprecationWarning, match="reset_peaks"):
-        mr.reset_peak()
-    with pytest.warns(DeprecationWarning, match="trim_to"):
-        mr.pool.trim(0)
-    with pytest.warns(DeprecationWarning, match="reset_peaks"):
-        mr.pool.reset_peak()
+    for obj, name in ((mr, "trim"), (mr, "reset_peak"), (mr.pool, "trim"),
+                      (mr.pool, "reset_peak")):
+        assert not hasattr(obj, name), f"{type(obj).__name__}.{name} is still there"
+    mr.trim_to(0)
+    mr.reset_peaks()

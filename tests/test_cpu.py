@@ -177,11 +177,20 @@ def test_attribute_stub_matches_the_table():
         assert f"def {row.name}(self)" in rendered
 
 
-def test_deprecated_names_are_kept():
+def test_the_names_deprecated_in_0_2_are_removed():
     for cls in (MemPool, AsyncManagedMR, AsyncPinnedMR, AsyncDeviceMR):
-        for old, new in (("trim", "trim_to"), ("reset_peak", "reset_peaks")):
-            assert callable(getattr(cls, old)) and callable(getattr(cls, new))
-            assert "Deprecated" in getattr(cls, old).__doc__
+        assert callable(cls.trim_to) and callable(cls.reset_peaks)
+        assert not hasattr(cls, "trim") and not hasattr(cls, "reset_peak"), cls
+
+
+def test_exported_enums_are_taken_where_their_names_are():
+    from asyncmr import AllocationType, PoolSource
+
+    by_name = _decide(13000, 13000, Location.host(), "pinned", "new")
+    assert _decide(13000, 13000, Location.host(), AllocationType.pinned,
+                   PoolSource.new_pool) == by_name
+    with pytest.raises(ValueError, match="pool must be one of"):
+        _decide(13000, 13000, Location.host(), "pinned", "owned")
 
 
 # ---- the support decision, for builds and drivers this machine does not have --------------------
@@ -190,7 +199,7 @@ def _decide(driver, build, loc, atype, source="default", **facts):
     from asyncmr import _core
 
     return _core._decide_pool_support(driver=driver, build=build, loc=loc,
-                                      allocation_type=atype, source=source, **facts)
+                                      allocation_type=atype, pool=source, **facts)
 
 
 @pytest.mark.parametrize("source, path", [("default", "stand_in"), ("new", "runtime")])

@@ -331,3 +331,14 @@ def test_device_out_of_range(gpu):
         AsyncDeviceMR(64)
     with pytest.raises(ValueError, match="does not exist"):
         AsyncManagedMR(64)
+
+
+def test_exported_enums_are_taken_where_their_names_are(gpu):
+    from asyncmr import AllocationType, Location, PoolSource
+
+    mr = asyncmr.AsyncPinnedMR(pool=PoolSource.new_pool)  # not pool handle 2
+    assert mr.owns_pool
+    assert asyncmr.pool_support(Location.host(), AllocationType.pinned, PoolSource.new_pool) == \
+        asyncmr.pool_support(Location.host(), "pinned", "new")
+    pool = asyncmr.MemPool.default(Location.device(0), AllocationType.device)
+    assert pool == asyncmr.MemPool.default(Location.device(0), "device")

@@ -174,8 +174,7 @@ def pool_adaptor(ctx: Context, upstream_factory, initial=POOL_ADAPTOR_INITIAL):
     return ctx.rmm.mr.PoolMemoryResource(upstream_factory(), initial_pool_size=initial)
 
 
-# asyncmr's pool calls by their settled names, falling back to the names of older builds
-# (trim/reset_peak), so the benchmark runs on both without deprecation warnings.
+# asyncmr's pool calls, in one place for the sections.
 def trim_to(obj, min_bytes_to_keep: int = 0) -> None:
     """``obj.trim_to(n)`` on a resource or MemPool."""
     obj.trim_to(min_bytes_to_keep)

@@ -82,7 +82,6 @@ enum class pool_source : int {
   default_pool,  ///< the default pool of the location and type (shared, process-wide)
   current,       ///< the current pool of the location and type (shared, process-wide)
   new_pool,      ///< a new pool made for, and destroyed with, the resource (Python: "new")
-  owned [[deprecated("use pool_source::new_pool")]] = new_pool,
 };
 
 /// @brief "default", "current" or "new" (the Python spelling).

@@ -116,10 +116,6 @@ class mem_pool {
   [[nodiscard]] bool closed() const noexcept;
   /// @brief Where the memory lives, if known (always, except for adopted handles on old drivers).
   [[nodiscard]] std::optional<asyncmr::location> location() const;
-  [[deprecated("use location()")]] [[nodiscard]] std::optional<asyncmr::location> where() const
-  {
-    return location();
-  }
   /// @brief What the pool hands out, if known (as for `location`).
   [[nodiscard]] std::optional<allocation_type> type() const;
   /// @brief Creation properties, for pools asyncmr created.

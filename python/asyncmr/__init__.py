@@ -52,7 +52,7 @@ from asyncmr.pinned import (
     pinned_zeros_like,
 )
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "AccessMode",

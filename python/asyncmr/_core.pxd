@@ -103,7 +103,7 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
 
     cdef cppclass pool_properties:
         AllocationType type
-        location_t where "location"
+        location_t location
         size_t max_size
         int export_handle_types
         optional[uint64_t] release_threshold
@@ -119,7 +119,7 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         mem_pool create(const pool_properties&) except +translate_exception
         cbool owned()
         cbool closed()
-        optional[location_t] where "location"() except +translate_exception
+        optional[location_t] location() except +translate_exception
         optional[AllocationType] type() except +translate_exception
         void reset_peaks() except +translate_exception
         void trim_to(size_t) except +translate_exception
@@ -136,7 +136,7 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
     cdef cppclass resource_options:
         optional[int] device
         PoolSource source
-        optional[location_t] where "location"
+        optional[location_t] location
         optional[int] numa_node
         optional[uint64_t] release_threshold
         optional[vector[int]] accessible_from

@@ -4,7 +4,6 @@
 
 import contextlib
 import operator
-import warnings
 
 from cython.operator cimport dereference as deref
 from libc.stdint cimport INT64_MAX, int64_t, uint32_t, uint64_t, uintptr_t
@@ -92,8 +91,12 @@ cdef object from_location(const location_t& loc):
 
 
 cdef AllocationType to_type(value) except *:
+    """"device", "pinned", "managed" or an :class:`AllocationType` member."""
+    if isinstance(value, AllocationType):
+        return value
     if not isinstance(value, str):
-        raise TypeError(f"allocation_type must be a str, got {type(value).__name__}")
+        raise TypeError("allocation_type must be 'device', 'pinned', 'managed' or an "
+                        f"AllocationType, got {type(value).__name__}")
     t = _TYPES.get(value)
     if t is None:
         raise ValueError(f"unknown allocation_type {value!r}; expected one of {ALLOCATION_TYPES}")
@@ -124,6 +127,15 @@ cdef optional[int] to_ordinal(value, what) except *:
     if v is not None:
         out = optional[int](<int>v)
     return out
+
+
+cdef PoolSource to_source(value) except *:
+    """"default", "current", "new" or a :class:`PoolSource` member."""
+    if isinstance(value, PoolSource):
+        return value
+    if isinstance(value, str) and value in POOL_SOURCES:
+        return POOL_SOURCES[value]
+    raise ValueError(f"pool must be one of {tuple(POOL_SOURCES)} or a PoolSource, got {value!r}")
 
 
 # ---- module functions --------------------------------------------------------------------------
@@ -172,16 +184,15 @@ def _set_testing_driver_version(int version):
     set_testing_driver_version(version)
 
 
-def _decide_pool_support(*, driver, build, loc, allocation_type, source="default",
+def _decide_pool_support(*, driver, build, loc, allocation_type, pool="default",
                          memory_pools=True, concurrent_managed_access=True,
                          host_memory_pools=True, host_numa_memory_pools=True):
     """Tests and ``asyncmr info``: the support decision for a platform given by value (no CUDA
     call). Returns ``(path name or None, reason)``."""
     cdef location_t c_loc = to_location(loc)
     cdef AllocationType t = to_type(allocation_type)
-    if source not in POOL_SOURCES:
-        raise ValueError(f"source must be one of {tuple(POOL_SOURCES)}, got {source!r}")
-    validate_combination(c_loc, t, source == "new")
+    cdef PoolSource source = to_source(pool)
+    validate_combination(c_loc, t, source == PoolSource.new_pool)
     cdef platform p
     p.driver = driver
     p.build = build
@@ -189,7 +200,7 @@ def _decide_pool_support(*, driver, build, loc, allocation_type, source="default
     p.device.concurrent_managed_access = concurrent_managed_access
     p.device.host_memory_pools = host_memory_pools
     p.device.host_numa_memory_pools = host_numa_memory_pools
-    return _support_result(decide_pool_support(p, c_loc, t, POOL_SOURCES[source]))
+    return _support_result(decide_pool_support(p, c_loc, t, source))
 
 
 cdef object _support_result(const support& s):
@@ -212,18 +223,18 @@ def device_facts(int device):
             "host_numa_memory_pools": p.device.host_numa_memory_pools}
 
 
-def pool_support(loc, allocation_type, source="default"):
-    """How this build reaches a ``source`` pool of ``allocation_type`` at ``loc`` on this driver
-    and device: ``(path, reason)`` where path is "runtime", "driver_entry_point", "stand_in" or
-    None (unsupported, and reason says why). Impossible combinations raise ValueError."""
-    if source not in POOL_SOURCES:
-        raise ValueError(f"source must be one of {tuple(POOL_SOURCES)}, got {source!r}")
+def pool_support(loc, allocation_type, pool="default"):
+    """How this build reaches a ``pool`` ("default", "current", "new" or a :class:`PoolSource`)
+    of ``allocation_type`` ("device", "pinned", "managed" or an :class:`AllocationType`) at
+    ``loc`` on this driver and device: ``(path, reason)`` where path is "runtime",
+    "driver_entry_point", "stand_in" or None (unsupported, and reason says why). Impossible
+    combinations raise ValueError."""
     cdef location_t c_loc = to_location(loc)
     cdef AllocationType t = to_type(allocation_type)
-    validate_combination(c_loc, t, source == "new")
+    cdef PoolSource source = to_source(pool)
+    validate_combination(c_loc, t, source == PoolSource.new_pool)
     cdef int device = c_loc.id if c_loc.kind == LocationKind.device else _current_device()
-    return _support_result(decide_pool_support(current_platform(device), c_loc, t,
-                                               POOL_SOURCES[source]))
+    return _support_result(decide_pool_support(current_platform(device), c_loc, t, source))
 
 
 cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
@@ -286,7 +297,7 @@ cdef class MemPool:
         ``cudaMemAllocationHandleType`` bits.
         """
         cdef pool_properties props
-        props.where = to_location(location)
+        props.location = to_location(location)
         props.type = to_type(allocation_type)
         props.max_size = _validate.size("max_size", max_size, optional=False)
         props.release_threshold = to_bytes("release_threshold", release_threshold)
@@ -331,7 +342,7 @@ cdef class MemPool:
     @property
     def location(self):
         """Where the memory lives (a :class:`Location`), or None if the driver cannot say."""
-        cdef optional[location_t] loc = self.get().where()
+        cdef optional[location_t] loc = self.get().location()
         return from_location(loc.value()) if loc.has_value() else None
 
     @property
@@ -369,21 +380,9 @@ cdef class MemPool:
         with nogil:
             pool.trim_to(keep)
 
-    def trim(self, min_bytes_to_keep=0):
-        """Deprecated alias of :meth:`trim_to`."""
-        warnings.warn("MemPool.trim() is deprecated; use trim_to()", DeprecationWarning,
-                      stacklevel=2)
-        self.trim_to(min_bytes_to_keep)
-
     def reset_peaks(self):
         """Reset both watermarks (``used_mem_high``, ``reserved_mem_high``)."""
         self.get().reset_peaks()
-
-    def reset_peak(self):
-        """Deprecated alias of :meth:`reset_peaks`."""
-        warnings.warn("MemPool.reset_peak() is deprecated; use reset_peaks()",
-                      DeprecationWarning, stacklevel=2)
-        self.reset_peaks()
 
     def track_peak(self):
         """``with pool.track_peak() as peak:`` measures one phase's peaks (bytes)."""
@@ -658,7 +657,12 @@ cdef class _PoolResource(DeviceMemoryResource):
         options.release_threshold = to_bytes("release_threshold", release_threshold)
         cap = _validate.size("cache", cache)
         options.cache = 0 if cap is None else cap
-        name, adopted = _validate.pool(pool)
+        if isinstance(pool, PoolSource):
+            name, adopted = source_name(pool).decode(), None
+        elif isinstance(pool, MemPool):
+            name, adopted = None, pool
+        else:
+            name, adopted = _validate.pool(pool)
         options.source = POOL_SOURCES[name] if adopted is None else PoolSource.default_pool
         self._adopt = NULL
         if adopted is not None:
@@ -826,21 +830,9 @@ cdef class _PoolResource(DeviceMemoryResource):
                 "reclaimed_blocks": v.reclaimed_blocks, "charged_high": v.charged_high,
                 "streams": v.streams}
 
-    def trim(self, min_bytes_to_keep=0):
-        """Deprecated alias of :meth:`trim_to`."""
-        warnings.warn(f"{type(self).__name__}.trim() is deprecated; use trim_to()",
-                      DeprecationWarning, stacklevel=2)
-        self.trim_to(min_bytes_to_keep)
-
     def reset_peaks(self):
         """Reset the pool's used and reserved watermarks."""
         self.pool.reset_peaks()
-
-    def reset_peak(self):
-        """Deprecated alias of :meth:`reset_peaks`."""
-        warnings.warn(f"{type(self).__name__}.reset_peak() is deprecated; use reset_peaks()",
-                      DeprecationWarning, stacklevel=2)
-        self.reset_peaks()
 
     def track_peak(self):
         """``with mr.track_peak() as peak:``; then ``peak.used`` / ``peak.reserved`` (bytes).
@@ -891,7 +883,7 @@ cdef class AsyncManagedMR(_PoolResource):
         self._prepare(pool, release_threshold, cache, &o)
         o.device = to_ordinal(device, "device")
         if location is not None:
-            o.where = optional[location_t](to_location(location))
+            o.location = optional[location_t](to_location(location))
         o.accessible_from = to_devices(accessible_from)
         self.c_obj = make_resource[async_managed_memory_resource, resource_options](
             self._adopt, o)

@@ -55,20 +55,17 @@ def devices(value) -> tuple[bool, list[int]]:
 
 
 def pool(value):
-    """``pool``: "default", "current", "new", an int handle or a MemPool.
+    """``pool`` given by name or handle: "default", "current", "new" or an int handle (the
+    resources take a MemPool and a PoolSource member before asking here).
 
-    Returns (name, None) for a pool named by its role, else (None, handle or MemPool).
+    Returns (name, None) for a pool named by its role, else (None, handle).
     """
-    from asyncmr._core import MemPool
-
     if isinstance(value, str):
         if value not in POOL_NAMES:
             raise ValueError(
                 f"pool must be 'default', 'current', 'new', an int handle or a MemPool, got {value!r}"
             )
         return value, None
-    if isinstance(value, MemPool):
-        return None, value
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(
             "pool must be 'default', 'current', 'new', an int handle or a MemPool, "
