@@ -254,3 +254,37 @@ def test_an_optional_door_names_the_wheel_of_this_builds_cuda(module, blocked, w
     assert out.returncode == 0, out.stderr
     major = asyncmr.runtime_version() // 1000
     assert f"pip install {wheel.format(major=major)}" in out.stdout, out.stdout
+
+
+# ---- the command line ----------------------------------------------------------------------------
+
+def test_version_is_printed():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "asyncmr", "--version"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"asyncmr {asyncmr.__version__} (CUDA runtime "), proc.stdout
+
+
+def test_demo_refuses_an_unknown_option():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "asyncmr", "demo", "--elemnts", "5"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc
+    assert "unrecognized arguments: --elemnts 5" in proc.stderr
+
+
+def test_the_installed_distribution_carries_the_license():
+    import importlib.metadata as md
+
+    name = next(d.metadata["Name"] for d in md.distributions()
+                if (d.metadata["Name"] or "").startswith("asyncmr"))
+    dist = md.distribution(name)
+    assert dist.metadata["License-Expression"] == "Apache-2.0"
+    licenses = [f for f in dist.files or [] if f.name == "LICENSE"]
+    assert licenses, f"no LICENSE in {name}'s files"
+    assert "Apache License" in licenses[0].read_text()

@@ -13,23 +13,28 @@ from gpu_helpers import describe, run_python
 RUN_INFO = "import sys; from asyncmr.__main__ import main; sys.exit(main(['info', *sys.argv[1:]]))"
 
 
-def _no_device_checks(proc):
+def _no_device_checks(proc, args):
     assert proc.returncode != 0, describe(proc)
-    assert proc.stdout == "", describe(proc)
     assert "asyncmr info: no usable CUDA device" in proc.stderr, describe(proc)
     assert "Traceback" not in proc.stderr, describe(proc)
+    if "--json" in args:
+        # A script gets a JSON document on stdout either way, saying why there is no more.
+        doc = json.loads(proc.stdout)
+        assert doc["usable"] is False and doc["devices"] == [] and doc["error"], doc
+    else:
+        assert proc.stdout == "", describe(proc)
 
 
 @pytest.mark.parametrize("args", [[], ["--json"]])
 def test_without_gpu_says_so_and_fails(no_gpu, args):
-    _no_device_checks(run_python(RUN_INFO, *args, timeout=120))
+    _no_device_checks(run_python(RUN_INFO, *args, timeout=120), args)
 
 
 @pytest.mark.parametrize("args", [[], ["--json"]])
 def test_with_no_visible_device_says_so_and_fails(args):
     # Runs on GPU hosts too: CUDA_VISIBLE_DEVICES="" hides every device from the child.
     _no_device_checks(run_python(RUN_INFO, *args, env={"CUDA_VISIBLE_DEVICES": ""},
-                                 timeout=120))
+                                 timeout=120), args)
 
 
 def test_report_renders_every_section():

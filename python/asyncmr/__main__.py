@@ -126,7 +126,13 @@ def _bench(rest: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import asyncmr
+
     parser = argparse.ArgumentParser(prog="python -m asyncmr")
+    parser.add_argument("--version", action="version",
+                        version=f"asyncmr {asyncmr.__version__} (CUDA runtime "
+                                f"{asyncmr.runtime_version() // 1000}."
+                                f"{asyncmr.runtime_version() % 1000 // 10})")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run a small CuPy pipeline on each resource")
     demo.add_argument("--elements", type=int, default=1 << 22)
@@ -137,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                    add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command == "demo":
+        if rest:  # only bench and info take their own arguments
+            parser.error(f"demo: unrecognized arguments: {' '.join(rest)}")
         return _demo(args)
     if args.command == "info":
         from asyncmr._info import main as info_main

@@ -217,6 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         info = collect()
     except asyncmr.NoDeviceError as e:
+        if args.json:
+            # A script reading stdout gets a document either way, saying why there is no more.
+            print(json.dumps({"asyncmr": asyncmr.__version__, "usable": False,
+                              "error": str(e), "driver": asyncmr.driver_version(),
+                              "runtime": asyncmr.runtime_version(), "devices": []}, indent=2))
         print(f"asyncmr info: no usable CUDA device: {e}", file=sys.stderr)
         return 1
     print(json.dumps(info, indent=2) if args.json else render(info))
