@@ -24,7 +24,7 @@ from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 class AttributeInfo(NamedTuple):
-    index: int
+    index: int  # type: ignore[assignment]  # the row number; shadows tuple.index
     name: str
     cuda_value: int
     kind: str

@@ -1,6 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """What a machine without a GPU can check: import, class hierarchy, validation, messages."""
 
+import re
+from pathlib import Path
+
 import pytest
 import rmm
 
@@ -288,3 +291,45 @@ def test_the_installed_distribution_carries_the_license():
     licenses = [f for f in dist.files or [] if f.name == "LICENSE"]
     assert licenses, f"no LICENSE in {name}'s files"
     assert "Apache License" in licenses[0].read_text()
+
+
+# ---- the house: stubs, the README's code, the sources --------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _ci_script(name):
+    import subprocess
+    import sys
+
+    require = pytest.importorskip("mypy", reason="mypy is in the [test] extra; without it the "
+                                                 "stub and README checks cannot run")
+    del require
+    return subprocess.run([sys.executable, str(ROOT / "ci" / name)], capture_output=True,
+                          text=True, timeout=900)
+
+
+def test_the_stubs_match_the_built_module():
+    proc = _ci_script("check_stubs.py")
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+
+
+def test_the_readmes_python_blocks_type_check():
+    proc = _ci_script("check_readme_types.py")
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+
+
+LIBRARY_SOURCES = [p for d in ("include", "src", "python/asyncmr", "cmake", "ci")
+                   for p in sorted((ROOT / d).rglob("*"))
+                   if p.is_file() and p.suffix in {".hpp", ".cpp", ".py", ".pyx", ".pxd", ".pyi",
+                                                    ".pxi", ".cmake", ".sh", ".txt", ".cu"}]
+
+
+def test_no_issue_numbers_in_the_sources():
+    """Comments and messages say what the code does and why; history lives in git."""
+    pattern = re.compile(r"\bissues?\s*#?\d+|\(#\d+\)", re.IGNORECASE)
+    offenders = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
+                 for p in LIBRARY_SOURCES + sorted((ROOT / "benchmarks").rglob("*.py"))
+                 for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+                 if pattern.search(line)]
+    assert not offenders, "\n".join(offenders)

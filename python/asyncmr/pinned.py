@@ -195,7 +195,7 @@ def _check_shape(shape) -> tuple[int, ...]:
     if isinstance(shape, bool):
         raise TypeError("shape must be an int or a sequence of ints, got bool")
     try:
-        dims = (operator.index(shape),)
+        dims: tuple[int, ...] = (operator.index(shape),)
     except TypeError:
         try:
             items = tuple(shape)
@@ -203,16 +203,16 @@ def _check_shape(shape) -> tuple[int, ...]:
             raise TypeError(
                 f"shape must be an int or a sequence of ints, got {type(shape).__name__}"
             ) from None
-        dims = []
+        entries: list[int] = []
         for d in items:
             if isinstance(d, bool):
                 raise TypeError("shape entries must be ints, got bool")
             try:
-                dims.append(operator.index(d))
+                entries.append(operator.index(d))
             except TypeError:
                 raise TypeError(
                     f"shape entries must be ints, got {type(d).__name__}") from None
-        dims = tuple(dims)
+        dims = tuple(entries)
     if any(d < 0 for d in dims):
         raise ValueError(f"negative dimensions are not allowed: shape {dims}")
     return dims
@@ -333,14 +333,13 @@ class PinnedBlock:
 
 
 def _view(block: PinnedBlock, shape, dtype: np.dtype, order: str) -> np.ndarray:
+    strides: tuple[int, ...] | None = None
     if order == "F":
-        strides, step = [], dtype.itemsize
+        steps, step = [], dtype.itemsize
         for d in shape:
-            strides.append(step)
+            steps.append(step)
             step *= max(d, 1)
-        strides = tuple(strides)
-    else:
-        strides = None
+        strides = tuple(steps)
     # numpy.asarray reads the layout from __array_interface__, so the array's base is the
     # block itself; the block is new and not shared yet, so setting it here is race-free.
     block._iface = {"shape": shape, "typestr": dtype.str, "descr": dtype.descr,

@@ -112,7 +112,7 @@ def ratios(results: dict, cpp: dict, sizes) -> dict:
         "PoolMemoryResource(Managed) / AsyncManagedMR": per_size(RMM_POOL_MANAGED, AMR),
         "cuda.core Managed / AsyncManagedMR": per_size(CC_MANAGED, AMR),
         "AsyncDeviceMR / rmm CudaAsyncMemoryResource": per_size(ADR, RMM_ASYNC),
-        # Issue 9: a created pinned pool against the default one (CUDA 13's, or cu12's stand-in).
+        # A created pinned pool against the default one (CUDA 13's, or cu12's stand-in).
         "AsyncPinnedMR(pool='new') / AsyncPinnedMR": per_size(APR_NEW, APR),
         "python / floor": python_floor,
         "via_ref / floor": {},
