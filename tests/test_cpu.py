@@ -333,3 +333,13 @@ def test_no_issue_numbers_in_the_sources():
                  for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
                  if pattern.search(line)]
     assert not offenders, "\n".join(offenders)
+
+
+def test_no_library_source_file_is_over_600_lines():
+    """Each file small enough to read in one sitting (split by concern, as the layout says)."""
+    sources = [p for p in LIBRARY_SOURCES if p.suffix in {".hpp", ".cpp", ".py", ".pyx", ".pxd",
+                                                          ".pyi", ".pxi", ".cu"}]
+    long = {str(p.relative_to(ROOT)): n for p in sources
+            if (n := len(p.read_text().splitlines())) > 600}
+    assert len(sources) > 40
+    assert not long, long

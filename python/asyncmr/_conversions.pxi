@@ -1,0 +1,74 @@
+# SPDX-License-Identifier: Apache-2.0
+# Included by _core.pyx. Python values to the C++ types, checked (each error names the argument).
+
+# ---- conversions -------------------------------------------------------------------------------
+
+cdef location_t to_location(value) except *:
+    """A validated :class:`Location` as the C++ value."""
+    if not isinstance(value, Location):
+        raise TypeError(
+            "location must be an asyncmr.Location (e.g. Location.device(0), Location.host()), "
+            f"got {type(value).__name__}")
+    kind = _KINDS.get(value.kind) if isinstance(value.kind, str) else None
+    if kind is None:
+        raise ValueError(f"unknown location kind {value.kind!r}; expected one of {LOCATION_KINDS}")
+    cdef location_t loc
+    loc.kind = kind
+    loc.id = 0
+    if kind in (LocationKind.device, LocationKind.host_numa):
+        loc.id = _validate.ordinal(f"{value.kind} id", value.id)
+    return loc
+
+
+cdef object from_location(const location_t& loc):
+    kind = LocationKind(<int>loc.kind)
+    return Location(kind.name, loc.id if kind in (LocationKind.device, LocationKind.host_numa)
+                    else None)
+
+
+cdef AllocationType to_type(value) except *:
+    """"device", "pinned", "managed" or an :class:`AllocationType` member."""
+    if isinstance(value, AllocationType):
+        return value
+    if not isinstance(value, str):
+        raise TypeError("allocation_type must be 'device', 'pinned', 'managed' or an "
+                        f"AllocationType, got {type(value).__name__}")
+    t = _TYPES.get(value)
+    if t is None:
+        raise ValueError(f"unknown allocation_type {value!r}; expected one of {ALLOCATION_TYPES}")
+    return t
+
+
+cdef optional[uint64_t] to_bytes(name, value) except *:
+    cdef optional[uint64_t] out
+    v = _validate.size(name, value)
+    if v is not None:
+        out = optional[uint64_t](<uint64_t>v)
+    return out
+
+
+cdef optional[vector[int]] to_devices(value) except *:
+    cdef optional[vector[int]] out
+    cdef vector[int] c_ids
+    all_devices, ids = _validate.devices(value)
+    if not all_devices:
+        c_ids = ids
+        out = optional[vector[int]](c_ids)
+    return out
+
+
+cdef optional[int] to_ordinal(value, what) except *:
+    cdef optional[int] out
+    v = _validate.device(value, what)
+    if v is not None:
+        out = optional[int](<int>v)
+    return out
+
+
+cdef PoolSource to_source(value) except *:
+    """"default", "current", "new" or a :class:`PoolSource` member."""
+    if isinstance(value, PoolSource):
+        return value
+    if isinstance(value, str) and value in POOL_SOURCES:
+        return POOL_SOURCES[value]
+    raise ValueError(f"pool must be one of {tuple(POOL_SOURCES)} or a PoolSource, got {value!r}")

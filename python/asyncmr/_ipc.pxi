@@ -1,0 +1,124 @@
+# SPDX-License-Identifier: Apache-2.0
+# Included by _core.pyx. Sharing pools and allocations between processes (src/ipc.cpp), and the
+# small checked conversions of the pool surface.
+
+def export_pointer(ptr):
+    """The 64 bytes another process needs to import allocation ``ptr`` (an int address from a
+    pool created with export handle types) with :meth:`MemPool.import_pointer`. Export the
+    pool (:meth:`MemPool.export_fd`) first: the driver refuses the allocations of a pool it has
+    not exported. Do not free ``ptr`` before every importer has released its import."""
+    if isinstance(ptr, bool) or not isinstance(ptr, int) or not 0 < ptr < 2**64:
+        raise TypeError(f"ptr must be a non-zero int address, got {ptr!r}")
+    cdef exported_pointer data = c_export_pointer(<void*><uintptr_t>ptr)
+    return bytes([data.bytes[i] for i in range(64)])
+
+
+_EXPORT_HANDLES = {h.name: h for h in ExportHandle}
+
+
+def _export_handle_bits(value):
+    """export_handle_types: None, a name ("posix_fd", "fabric"), names, or an int of bits."""
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 <= value < 2**31:
+            raise ValueError(f"export_handle_types must be in [0, 2**31), got {value}")
+        return value
+    if isinstance(value, bool):
+        raise TypeError("export_handle_types must be a name, names or an int, got bool")
+    try:
+        names = list(value)
+    except TypeError:
+        raise TypeError("export_handle_types must be 'posix_fd', 'fabric', a list of them, or "
+                        f"an int, got {type(value).__name__}") from None
+    bits = 0
+    for name in names:
+        handle = _EXPORT_HANDLES.get(name) if isinstance(name, str) else None
+        if handle is None:
+            raise ValueError(f"unknown export handle type {name!r}; expected one of "
+                             f"{tuple(_EXPORT_HANDLES)}")
+        bits |= int(handle)
+    return bits
+
+
+cdef class ImportedAllocation:
+    """An allocation of another process, mapped into this one by
+    :meth:`MemPool.import_pointer`. ``ptr`` is its address here, ``nbytes`` its size.
+
+    ``release(stream=None)`` frees the mapping (``cudaFreeAsync`` on ``stream``, then waits for
+    it, so the exporter may free its allocation once every importer returned); a ``with`` block
+    or the object's death releases it too. The imported pool lives at least as long.
+    """
+
+    cdef readonly MemPool pool
+    cdef readonly uintptr_t ptr
+    cdef readonly size_t nbytes
+    cdef unique_ptr[imported_allocation] c_import
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("use MemPool.import_pointer()")
+
+    @staticmethod
+    cdef ImportedAllocation _make(MemPool pool, unique_ptr[imported_allocation]& imported,
+                                  size_t nbytes):
+        cdef ImportedAllocation self = ImportedAllocation.__new__(ImportedAllocation)
+        self.pool = pool
+        self.ptr = import_address(deref(imported))
+        self.nbytes = nbytes
+        self.c_import.swap(imported)
+        return self
+
+    @property
+    def released(self):
+        return not self.c_import or deref(self.c_import).released()
+
+    def release(self, Stream stream=DEFAULT_STREAM):
+        """Free the mapping in stream order on ``stream`` and wait for it. Idempotent.
+
+        A stream that is capturing is refused (:class:`UnsupportedError`) and nothing changes;
+        if the driver refuses the free, :class:`CUDAError` is raised and the import stays live.
+        """
+        if self.released:
+            return
+        stream = as_stream(stream)
+        cdef uintptr_t s = <uintptr_t>stream._cuda_stream
+        with nogil:
+            release_import(deref(self.c_import), s)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+    def __dealloc__(self):
+        # The C++ object releases a live import on the legacy stream (never throwing), waiting
+        # without the GIL: a Python host function queued on that stream can still run.
+        with nogil:
+            self.c_import.reset()
+
+    def __repr__(self):
+        state = "released" if self.released else "live"
+        return f"ImportedAllocation(ptr={self.ptr:#x}, nbytes={self.nbytes}, {state})"
+
+
+def _attribute_index(index):
+    """A row of the attribute table, checked (an index outside it is a ValueError)."""
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise TypeError(f"attribute index must be an int, got {type(index).__name__}")
+    if not 0 <= index < attribute_count():
+        raise ValueError(f"attribute index {index} is outside the table "
+                         f"({attribute_count()} attributes)")
+    return index
+
+
+def _access_mode(value):
+    if not isinstance(value, str):
+        raise TypeError(f"access mode must be a str, got {type(value).__name__}")
+    mode = ACCESS_MODES.get(value)
+    if mode is None:
+        raise ValueError(f"access mode must be one of {tuple(ACCESS_MODES)}, got {value!r}")
+    return mode

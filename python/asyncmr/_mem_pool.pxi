@@ -1,0 +1,269 @@
+# SPDX-License-Identifier: Apache-2.0
+# Included by _core.pyx. MemPool: a pool, owned or viewed (include/asyncmr/mem_pool.hpp).
+
+# ---- MemPool -----------------------------------------------------------------------------------
+
+cdef class MemPool:
+    """A CUDA memory pool, owned or viewed.
+
+    Build one with :meth:`default`, :meth:`current`, :meth:`create` or :meth:`from_handle`.
+    Owned pools (``create``, ``from_handle(owned=True)``) are destroyed at :meth:`close`, at
+    the end of a ``with`` block, or when the last reference (including resources allocating
+    from it) goes away; live allocations stay valid until freed. Default and current pools
+    are shared by the whole process.
+    """
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError(
+            "use MemPool.default(), MemPool.current(), MemPool.create() or MemPool.from_handle()"
+        )
+
+    @staticmethod
+    cdef MemPool wrap(const mem_pool& pool):
+        cdef MemPool self = MemPool.__new__(MemPool)
+        self.c_pool.reset(new mem_pool(pool))
+        # The hash is fixed at birth, so close() cannot move a pool within a set or dict:
+        # equal pools (same driver pool) hash alike, a closed pool keeps its place.
+        self._hash_key = ("MemPool", handle_of(pool)) if not pool.closed() else ("closed", id(self))
+        return self
+
+    cdef mem_pool* get(self) except NULL:
+        return self.c_pool.get()
+
+    @staticmethod
+    def default(location, allocation_type):
+        """The default pool of ``allocation_type`` at ``location``.
+
+        ``allocation_type`` is "device", "pinned" or "managed". Shared by the whole process.
+        CUDA 13's default pool; in a CUDA 12 build on a 12.x driver, host memory's default is
+        asyncmr's own process-wide pool (see the README).
+        """
+        return MemPool.wrap(mem_pool.default_pool(to_location(location), to_type(allocation_type)))
+
+    @staticmethod
+    def current(location, allocation_type):
+        """The current pool of ``allocation_type`` at ``location`` (``cudaMemGetMemPool``)."""
+        return MemPool.wrap(mem_pool.current(to_location(location), to_type(allocation_type)))
+
+    @staticmethod
+    def create(location, allocation_type, *, max_size=0, release_threshold=None,
+               export_handle_types=None):
+        """A new pool owned by the returned object (``cudaMemPoolCreate``).
+
+        ``max_size`` bounds the pool's reserved bytes (0: the driver's default);
+        ``release_threshold`` in bytes defaults to the maximum (keep what was reserved);
+        ``export_handle_types`` makes the pool shareable with other processes: "posix_fd"
+        (see :meth:`export_fd`), "fabric", a list of those, or an int of
+        ``cudaMemAllocationHandleType`` bits.
+        """
+        cdef pool_properties props
+        props.location = to_location(location)
+        props.type = to_type(allocation_type)
+        props.max_size = _validate.size("max_size", max_size, optional=False)
+        props.release_threshold = to_bytes("release_threshold", release_threshold)
+        props.export_handle_types = _export_handle_bits(export_handle_types)
+        return MemPool.wrap(mem_pool.create(props))
+
+    @staticmethod
+    def from_handle(handle, *, owned=False, location=None, allocation_type=None):
+        """Adopt an existing ``cudaMemPool_t`` (an int address, or a MemPool).
+
+        ``owned=True`` hands its destruction to asyncmr. ``location`` and ``allocation_type``
+        let drivers older than 13.2, which cannot report them, route the pool. A closed
+        MemPool raises :class:`PoolClosedError`; an int is judged by what the driver says of it
+        now (see the README's Known limits).
+        """
+        if isinstance(handle, MemPool):
+            handle = handle.handle  # raises PoolClosedError for a closed pool
+        h = _validate.handle(handle)
+        cdef optional[location_t] loc
+        cdef optional[AllocationType] t
+        if location is not None:
+            loc = optional[location_t](to_location(location))
+        if allocation_type is not None:
+            t = optional[AllocationType](to_type(allocation_type))
+        return MemPool.wrap(adopt_handle(<uintptr_t>h, bool(owned), loc, t))
+
+    @property
+    def handle(self):
+        """The ``cudaMemPool_t`` as an int."""
+        return handle_of(deref(self.get()))
+
+    @property
+    def owned(self):
+        """True if asyncmr destroys this pool."""
+        return self.get().owned()
+
+    @property
+    def closed(self):
+        """True once :meth:`close` ran."""
+        return self.get().closed()
+
+    @property
+    def location(self):
+        """Where the memory lives (a :class:`Location`), or None if the driver cannot say."""
+        cdef optional[location_t] loc = self.get().location()
+        return from_location(loc.value()) if loc.has_value() else None
+
+    @property
+    def allocation_type(self):
+        """"device", "pinned" or "managed"; None if the driver cannot say."""
+        cdef optional[AllocationType] t = self.get().type()
+        cdef AllocationType value
+        if not t.has_value():
+            return None
+        value = t.value()
+        return AllocationType(value).name
+
+    @property
+    def attributes(self):
+        """The pool's :class:`PoolAttributes` (a new view each time; it keeps the pool alive,
+        the pool does not keep it)."""
+        from asyncmr._attributes import PoolAttributes
+
+        return PoolAttributes(self)
+
+    def _get_attribute(self, index):
+        return get_attribute(deref(self.get()), _attribute_index(index))
+
+    def _set_attribute(self, index, uint64_t value):
+        set_attribute(deref(self.get()), _attribute_index(index), value)
+
+    def trim_to(self, min_bytes_to_keep=0):
+        """Release unused reserved memory, keeping at least ``min_bytes_to_keep`` bytes.
+
+        Frees still pending on a stream are not unused yet: synchronize first. On a shared
+        pool this releases memory for every user in the process.
+        """
+        cdef size_t keep = _validate.size("min_bytes_to_keep", min_bytes_to_keep, optional=False)
+        cdef mem_pool* pool = self.get()
+        with nogil:
+            pool.trim_to(keep)
+
+    def reset_peaks(self):
+        """Reset both watermarks (``used_mem_high``, ``reserved_mem_high``)."""
+        self.get().reset_peaks()
+
+    def track_peak(self):
+        """``with pool.track_peak() as peak:`` measures one phase's peaks (bytes)."""
+        from asyncmr._attributes import PeakTracker
+
+        return PeakTracker(self)
+
+    def set_access(self, devices, mode="rw"):
+        """Grant ``mode`` ("rw", "r" or "none") access to ``devices`` ("all", an id or ids).
+
+        On a shared pool this changes access for every user in the process.
+        """
+        all_devices, ids = _validate.devices(devices)
+        c_mode = _access_mode(mode)
+        if all_devices:
+            ids = list(range(require_cuda()))
+        cdef vector[int] c_ids = ids
+        cdef AccessMode mode_value = c_mode
+        cdef mem_pool* pool = self.get()
+        with nogil:  # the driver may wait for the device to change the mappings
+            pool.set_access(c_ids, mode_value)
+
+    def access(self, device):
+        """The access ("rw", "r" or "none") ``device`` has to this pool's memory."""
+        if device is None:
+            raise TypeError("device must be an int, got None")
+        cdef int d = _validate.device(device)
+        return _ACCESS_NAMES[AccessMode(<int>self.get().access(d))]
+
+    def make_current(self):
+        """Make this the current pool of its location and type (``cudaMemSetMemPool``).
+
+        Process-wide: every later ``cudaMallocAsync`` and ``MemPool.current()`` for that
+        location and type, in any library of this process, uses this pool. Returns the pool
+        that was current, so it can be restored. An owned pool that is current when it is
+        closed hands the location back to its default pool.
+        """
+        return MemPool.wrap(self.get().make_current())
+
+    @contextlib.contextmanager
+    def as_current(self):
+        """``with pool.as_current(): ...`` routes to this pool and restores the previous one."""
+        previous = self.make_current()
+        try:
+            yield self
+        finally:
+            previous.make_current()
+
+    def close(self):
+        """Destroy an owned pool now (a view just stops being usable here). Idempotent."""
+        cdef mem_pool* pool = self.get()
+        with nogil:  # destroying a pool may wait for the device
+            pool.close()
+
+    # ---- IPC ----------------------------------------------------------------------------
+
+    def export_fd(self):
+        """A POSIX file descriptor for this pool, owned by the caller: send it to another
+        process (``socket.send_fds``, ``subprocess``'s ``pass_fds``) and close it with
+        ``os.close``. The pool must have been created with ``export_handle_types="posix_fd"``."""
+        return self.get().export_fd()
+
+    @staticmethod
+    def import_fd(fd, location, allocation_type):
+        """The pool another process exported as ``fd`` (see :meth:`export_fd`), owned by the
+        returned object: ``close()`` ends this process's import, never the exporter's pool.
+        ``location`` and ``allocation_type`` are the exporter's. An imported pool cannot be
+        allocated from; bring allocations in with :meth:`import_pointer`."""
+        if isinstance(fd, bool) or not isinstance(fd, int):
+            raise TypeError(f"fd must be an int file descriptor, got {type(fd).__name__}")
+        if not 0 <= fd < 2**31:
+            raise ValueError(f"fd must be a file descriptor (>= 0), got {fd}")
+        return MemPool.wrap(mem_pool.import_fd(fd, to_location(location), to_type(allocation_type)))
+
+    @property
+    def imported(self):
+        """True for a pool from :meth:`import_fd`."""
+        return self.get().imported()
+
+    def import_pointer(self, data, nbytes):
+        """Map an allocation the exporting process shared with :func:`export_pointer`
+        (``data``, 64 bytes) into this process.
+
+        ``nbytes`` is the size the exporter says it has; it may not exceed what the driver
+        mapped at the address (``ValueError`` otherwise, with nothing kept). Returns an :class:`ImportedAllocation`, which keeps this pool alive and
+        is released with ``release()``, at the end of a ``with`` block, or when it dies. Use it
+        only after the exporter's allocation completed on its stream; the exporter must not free
+        its allocation before every importer has released theirs.
+        """
+        cdef exported_pointer raw
+        view = memoryview(data).cast("B")
+        if view.nbytes != 64:
+            raise ValueError(f"data must be the 64 bytes export_pointer returned, got {view.nbytes}")
+        n = _validate.size("nbytes", nbytes, optional=False)
+        for i in range(64):
+            raw.bytes[i] = view[i]
+        cdef unique_ptr[imported_allocation] imported = import_pointer(deref(self.get()), raw)
+        cdef size_t mapped = deref(imported).size()
+        if mapped != 0 and n > mapped:
+            release_import(deref(imported), 0)
+            raise ValueError(f"nbytes={n} is more than the {mapped} bytes the driver mapped for "
+                             "this allocation; nothing was kept")
+        return ImportedAllocation._make(self, imported, n)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __eq__(self, other):
+        if not isinstance(other, MemPool):
+            return NotImplemented
+        return deref(self.get()) == deref((<MemPool>other).get())
+
+    def __hash__(self):
+        return hash(self._hash_key)
+
+    def __repr__(self):
+        if self.closed:
+            return "MemPool(<closed>)"
+        return (f"MemPool(handle={self.handle:#x}, allocation_type={self.allocation_type!r}, "
+                f"location={self.location!r}, owned={self.owned})")

@@ -1,0 +1,365 @@
+# SPDX-License-Identifier: Apache-2.0
+# Included by _core.pyx. The three resources (include/asyncmr/async_*_memory_resource.hpp) and
+# what they share (include/asyncmr/detail/pool_resource_base.hpp).
+
+# ---- resources ---------------------------------------------------------------------------------
+
+# RMM's make_device_async_resource_ref is a template; naming it again lets it take our types.
+cdef extern from *:
+    optional[device_async_resource_ref] make_ref "make_device_async_resource_ref"[R](R&) \
+        except +translate_exception
+
+# The headroom estimate of the GIL policy (see _PoolResource.allocate): the pool's reserved
+# bytes not in use, read in one relaxed-capture section; 0 when the driver cannot say.
+cdef extern from *:
+    """
+    #include <asyncmr/detail/capture_mode.hpp>
+    static inline long long asyncmr_pool_headroom(asyncmr::mem_pool const& pool) noexcept
+    {
+        cudaMemPool_t const h = pool.handle_or_null();
+        if (h == nullptr) { return 0; }
+        unsigned long long reserved = 0, used = 0;
+        asyncmr::detail::relaxed_capture_guard guard;
+        auto const a = cudaMemPoolGetAttribute(h, cudaMemPoolAttrReservedMemCurrent, &reserved);
+        auto const b = cudaMemPoolGetAttribute(h, cudaMemPoolAttrUsedMemCurrent, &used);
+        asyncmr::detail::clear_own_error(a);
+        asyncmr::detail::clear_own_error(b);
+        if (a != cudaSuccess || b != cudaSuccess || used > reserved) { return 0; }
+        return static_cast<long long>(reserved - used);
+    }
+    """
+    long long pool_headroom "asyncmr_pool_headroom"(const mem_pool&) noexcept nogil
+
+
+# Allocations take the GIL's fast path while the pool surely has room; the estimate is read
+# again at least this often, so other users of a shared pool cannot make it stale for long.
+cdef enum:
+    _REFRESH_EVERY = 64
+    _GIL_AUTO = 0
+    _GIL_ALWAYS = 1
+    _GIL_NEVER = 2
+
+
+cdef class _PoolResource(DeviceMemoryResource):
+    """What the three resources share: the pool, its control surface and the allocation path.
+
+    Subclasses build their C++ resource from their options and call :meth:`_bind`.
+    """
+
+
+    cdef _prepare(self, pool, release_threshold, cache, resource_options* options):
+        """The options every resource takes, into ``options``: which pool (adopting an int or a
+        MemPool), the release threshold and the front cache's cap (bytes; None or 0: no
+        cache). The C++ constructor checks them all again, with the rest, before any pool
+        changes."""
+        options.release_threshold = to_bytes("release_threshold", release_threshold)
+        cap = _validate.size("cache", cache)
+        options.cache = 0 if cap is None else cap
+        if isinstance(pool, PoolSource):
+            name, adopted = source_name(pool).decode(), None
+        elif isinstance(pool, MemPool):
+            name, adopted = None, pool
+        else:
+            name, adopted = _validate.pool(pool)
+        options.source = POOL_SOURCES[name] if adopted is None else PoolSource.default_pool
+        self._adopt = NULL
+        if adopted is not None:
+            if not isinstance(adopted, MemPool):
+                adopted = MemPool.from_handle(adopted)
+            self._adopted = adopted
+            self._adopt = (<MemPool>adopted).get()
+
+    cdef _bind(self, pool_resource_base* base, optional[device_async_resource_ref] ref):
+        self.c_base = base
+        self.c_ref = ref
+        self.pool = MemPool.wrap(base.pool())
+        self._adopt = NULL
+        self._adopted = None
+        self._gil = _GIL_AUTO
+        self._headroom = -1  # unknown: the first allocation takes the slow path and reads it
+
+    cdef void _refresh_headroom(self) noexcept:
+        self._headroom = pool_headroom(self.c_base.pool())
+        self._since_refresh = 0
+
+    @property
+    def release_gil(self):
+        """When :meth:`allocate` and :meth:`deallocate` release the GIL: "auto" (default),
+        "always" or "never".
+
+        "auto" keeps the GIL while the pool surely has room (about a microsecond, less than
+        handing the GIL to another thread and back) and releases it when the pool may have
+        to grow, which can take from milliseconds to seconds for pinned memory; "never" holds
+        it always, "always" releases it around every call. Allocations RMM makes itself
+        (``rmm.DeviceBuffer``) release the GIL whatever this says.
+        """
+        return GIL_POLICIES[self._gil]
+
+    @release_gil.setter
+    def release_gil(self, value):
+        if value not in GIL_POLICIES:
+            raise ValueError(f"release_gil must be one of {GIL_POLICIES}, got {value!r}")
+        self._gil = GIL_POLICIES.index(value)
+
+    def allocate(self, nbytes, Stream stream=DEFAULT_STREAM):
+        """Allocate ``nbytes`` bytes in stream order on ``stream``; returns the address.
+
+        Raises MemoryError when the pool cannot grow, :class:`asyncmr.PoolClosedError` after
+        the pool was closed, :class:`asyncmr.UnsupportedError` when CUDA refuses the
+        allocation inside a stream capture (host pools). (Allocations made by RMM itself, such
+        as ``rmm.DeviceBuffer``, raise RuntimeError with the same message for the last two.)
+        """
+        # ints (fast path) and other integer types such as NumPy's; never floats.
+        cdef size_t n = nbytes if type(nbytes) is int else operator.index(nbytes)
+        stream = as_stream(stream)
+        cdef uintptr_t s = <uintptr_t>stream._cuda_stream
+        cdef uintptr_t ptr
+        if self._gil == _GIL_AUTO and self._since_refresh >= _REFRESH_EVERY:
+            self._refresh_headroom()
+        if self._gil == _GIL_NEVER or (
+                self._gil == _GIL_AUTO and n <= <uint64_t>INT64_MAX
+                and <int64_t>n <= self._headroom):
+            ptr = allocate(deref(self.c_base), s, n)
+            self._headroom -= <int64_t>n
+            self._since_refresh += 1
+            return ptr
+        with nogil:
+            ptr = allocate(deref(self.c_base), s, n)
+        if self._gil == _GIL_AUTO:
+            self._refresh_headroom()
+        return ptr
+
+    def deallocate(self, uintptr_t ptr, size_t nbytes, Stream stream=DEFAULT_STREAM):
+        """Free ``ptr`` (``nbytes`` bytes) in stream order on ``stream``.
+
+        Nothing is freed, and an exception says why, when the block is not this resource's to
+        free: ValueError for a block of another pool (with a front cache, the driver is asked),
+        a size other than the cache handed the block out with, or a second free of a cached
+        block; :class:`asyncmr.CUDAError` when the driver refuses the free (a double free, or a
+        pointer no pool handed out).
+        """
+        stream = as_stream(stream)
+        cdef uintptr_t s = <uintptr_t>stream._cuda_stream
+        cdef free_result result
+        if self._gil == _GIL_ALWAYS:
+            with nogil:
+                result = deallocate(deref(self.c_base), s, ptr, nbytes)
+        else:
+            result = deallocate(deref(self.c_base), s, ptr, nbytes)
+        if result.status != FreeStatus.freed:
+            message = free_failure(result, ptr, nbytes).decode()
+            if result.status == FreeStatus.driver_refused:
+                raise CUDAError(message)
+            raise ValueError(message)
+        if nbytes <= <size_t>INT64_MAX:
+            self._headroom += <int64_t>nbytes
+
+    @property
+    def pool_handle(self):
+        """The ``cudaMemPool_t`` this resource allocates from, as an int."""
+        return self.pool.handle
+
+    @property
+    def owns_pool(self):
+        """True if the pool is destroyed with the resource (``pool="new"``)."""
+        return self.pool.owned
+
+    @property
+    def allocation_type(self):
+        """"managed", "pinned" or "device": what this resource hands out."""
+        return self._allocation_type
+
+    @property
+    def location(self):
+        """The pool's :class:`Location`."""
+        return self.pool.location
+
+    @property
+    def attributes(self):
+        """The pool's :class:`PoolAttributes` (process-wide for shared pools)."""
+        return self.pool.attributes
+
+    def trim_to(self, min_bytes_to_keep=0):
+        """Empty the front cache (if any), then release the pool's unused reserved memory down
+        to ``min_bytes_to_keep`` bytes. With a cache this synchronizes every device first."""
+        cdef size_t keep = _validate.size("min_bytes_to_keep", min_bytes_to_keep, optional=False)
+        with nogil:
+            self.c_base.trim_to(keep)
+
+    def release_cache(self):
+        """Give every block in the front cache back to the pool. No-op without a cache.
+
+        The blocks are taken out of reach first, then every device this process uses is
+        synchronized (without the GIL; devices it never used are left alone), then they are
+        freed: a block freed into the cache meanwhile stays cached. :class:`CUDAError` if a
+        synchronization failed; the blocks then stay allocated, never freed while in use."""
+        with nogil:
+            self.c_base.release_cache()
+
+    @property
+    def cache_info(self):
+        """The front cache's state, or None without one.
+
+        ``cap`` (bytes); ``bytes`` and ``blocks`` cached now; ``parked_bytes`` and
+        ``parked_blocks`` taken out and waiting for a device synchronization before they go back
+        to the pool; ``hits``, ``misses``; frees turned away: ``refused_cap`` (freed to the
+        pool), ``refused_uncacheable``, ``refused_not_recorded`` (blocks the cache did not hand
+        out), ``refused_wrong_size``, ``refused_double_free``; ``untracked`` (blocks handed out
+        that the ownership record had no room for: never cached); ``recorded_blocks``;
+        ``reclaims`` and ``reclaimed_blocks`` (blocks of idle or destroyed streams taken back);
+        ``charged_high`` (peak of cached bytes plus reserved credit, an upper bound of the
+        cached peak, never above ``cap``); ``streams``.
+
+        Cached blocks are allocated from the pool: the pool's ``used_mem_current`` and peaks
+        count them.
+        """
+        cdef optional[front_cache_stats] st = self.c_base.cache_stats()
+        if not st.has_value():
+            return None
+        cdef front_cache_stats v = st.value()
+        return {"cap": self.c_base.cache_capacity(), "bytes": v.cached_bytes,
+                "blocks": v.cached_blocks, "parked_bytes": v.parked_bytes,
+                "parked_blocks": v.parked_blocks, "hits": v.hits, "misses": v.misses,
+                "refused_cap": v.refused_cap, "refused_uncacheable": v.refused_uncacheable,
+                "refused_not_recorded": v.refused_not_recorded,
+                "refused_wrong_size": v.refused_wrong_size,
+                "refused_double_free": v.refused_double_free, "untracked": v.untracked,
+                "recorded_blocks": v.recorded_blocks, "reclaims": v.reclaims,
+                "reclaimed_blocks": v.reclaimed_blocks, "charged_high": v.charged_high,
+                "streams": v.streams}
+
+    def reset_peaks(self):
+        """Reset the pool's used and reserved watermarks."""
+        self.pool.reset_peaks()
+
+    def track_peak(self):
+        """``with mr.track_peak() as peak:``; then ``peak.used`` / ``peak.reserved`` (bytes).
+
+        A shared pool's peak counts every user of that pool in the process.
+        """
+        return self.pool.track_peak()
+
+    def __repr__(self):
+        return (f"{type(self).__name__}(allocation_type={self.allocation_type!r}, "
+                f"location={self.location!r}, owns_pool={self.owns_pool}, "
+                f"pool_handle={self.pool_handle:#x})")
+
+
+cdef class AsyncManagedMR(_PoolResource):
+    """Stream-ordered managed memory from a CUDA 13 managed memory pool; an RMM resource.
+
+    Parameters
+    ----------
+    device : int, optional
+        The device the resource is for (default: the current device).
+    pool : "default" | "current" | "new" | int | MemPool
+        The device's default managed pool (shared), the current one (shared), a new pool
+        owned by the resource, or an existing pool (adopted, never destroyed by asyncmr).
+    location : Location, optional
+        Where the pool's memory lives: ``Location.device(device)`` (default),
+        ``Location.host()`` or ``Location.none()``.
+    release_threshold : int, optional
+        Bytes the pool keeps reserved across synchronizations. Unset: a shared pool whose
+        threshold is 0 is raised to the maximum (process-wide effect), a non-zero one is kept;
+        owned pools get the maximum. Set (0 included): applied exactly.
+    accessible_from : "all" | int | list of int
+        Devices granted read-write access when the pool is located on the host.
+    cache : int, optional
+        Byte cap of a per-stream front cache of freed blocks (default: none). A block freed on
+        a stream is handed back to the next allocation of its size class on that stream,
+        without the driver; see :attr:`cache_info` and the README's "Front cache".
+
+    Host code may touch a block only after the stream it was allocated on has reached the
+    allocation (synchronize, or wait on an event recorded after it).
+    """
+
+    _allocation_type = "managed"
+
+    def __cinit__(self, device=None, *, pool="default", location=None,
+                  release_threshold=None, accessible_from="all", cache=None):
+        cdef resource_options o
+        self._prepare(pool, release_threshold, cache, &o)
+        o.device = to_ordinal(device, "device")
+        if location is not None:
+            o.location = optional[location_t](to_location(location))
+        o.accessible_from = to_devices(accessible_from)
+        self.c_obj = make_resource[async_managed_memory_resource, resource_options](
+            self._adopt, o)
+        self._bind(self.c_obj.get(), make_ref(deref(self.c_obj)))
+
+    @property
+    def device(self):
+        """The device the resource is for."""
+        return deref(self.c_obj).device()
+
+
+cdef class AsyncPinnedMR(_PoolResource):
+    """Stream-ordered pinned host memory from a host memory pool; an RMM resource.
+
+    Parameters
+    ----------
+    pool : "default" | "current" | "new" | int | MemPool
+        As for :class:`AsyncManagedMR`; the default is the default host pinned pool.
+    numa_node : int, optional
+        Take memory from this host NUMA node (default: any host memory).
+    accessible_from : "all" | int | list of int
+        Devices granted read-write access to the pool (host pools start with none; a kernel
+        touching memory it cannot access kills the CUDA context). On a shared pool this is a
+        process-wide effect.
+    release_threshold : int, optional
+        As for :class:`AsyncManagedMR`.
+    cache : int, optional
+        Byte cap of a per-stream front cache of freed blocks (default: none). A block freed on
+        a stream is handed back to the next allocation of its size class on that stream,
+        without the driver; see :attr:`cache_info` and the README's "Front cache".
+    """
+
+    _allocation_type = "pinned"
+
+    def __cinit__(self, *, pool="default", numa_node=None, accessible_from="all",
+                  release_threshold=None, cache=None):
+        cdef resource_options o
+        self._prepare(pool, release_threshold, cache, &o)
+        o.numa_node = to_ordinal(numa_node, "numa_node")
+        o.accessible_from = to_devices(accessible_from)
+        self.c_obj = make_resource[async_pinned_memory_resource, resource_options](
+            self._adopt, o)
+        self._bind(self.c_obj.get(), make_ref(deref(self.c_obj)))
+
+    @property
+    def device(self):
+        """None: pinned memory belongs to the host."""
+        return None
+
+
+cdef class AsyncDeviceMR(_PoolResource):
+    """Stream-ordered device memory from a device memory pool; an RMM resource.
+
+    Parameters
+    ----------
+    device : int, optional
+        The device (default: the current device).
+    pool : "default" | "current" | "new" | int | MemPool
+        As for :class:`AsyncManagedMR`; the default pool is the one ``cudaMallocAsync`` uses.
+    release_threshold : int, optional
+        As for :class:`AsyncManagedMR`.
+    cache : int, optional
+        Byte cap of a per-stream front cache of freed blocks (default: none). A block freed on
+        a stream is handed back to the next allocation of its size class on that stream,
+        without the driver; see :attr:`cache_info` and the README's "Front cache".
+    """
+
+    _allocation_type = "device"
+
+    def __cinit__(self, device=None, *, pool="default", release_threshold=None, cache=None):
+        cdef resource_options o
+        self._prepare(pool, release_threshold, cache, &o)
+        o.device = to_ordinal(device, "device")
+        self.c_obj = make_resource[async_device_memory_resource, resource_options](
+            self._adopt, o)
+        self._bind(self.c_obj.get(), make_ref(deref(self.c_obj)))
+
+    @property
+    def device(self):
+        """The device the memory lives on."""
+        return deref(self.c_obj).device()

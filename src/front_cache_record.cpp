@@ -1,0 +1,108 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+// The front cache's ownership record (see "The rules that make it sound" in front_cache.hpp).
+
+#include "detail/front_cache_parts.hpp"
+
+namespace asyncmr::detail {
+
+using namespace front_cache_parts;
+
+
+std::atomic<std::uint64_t>* front_cache::find_slot(void const* ptr) const noexcept
+{
+  std::uint64_t const a = address_of(ptr);
+  if (a == 0 || (a & ~address_mask) != 0) { return nullptr; }
+  std::size_t const home = home_slot(a, slot_mask_);
+  for (std::size_t i = 0; i < probe; ++i) {
+    auto& slot = slots_[(home + i) & slot_mask_];
+    if ((slot.load(std::memory_order_acquire) & address_mask) == a) { return &slot; }
+  }
+  return nullptr;
+}
+
+bool front_cache::record(void* ptr, std::size_t bytes) noexcept
+{
+  std::uint64_t const a = address_of(ptr);
+  std::size_t const c   = class_size(bytes);
+  if (a == 0 || (a & ~address_mask) != 0 || c == 0) {
+    untracked_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  std::uint64_t const value = slot_value(ptr, class_index(bytes), false);
+  // The pool hands out an address only once until it is freed to the pool, and the record
+  // forgets a block before it goes back there; a slot still holding this address would be a
+  // stale record of an address the pool reused: it is replaced.
+  if (auto* stale = find_slot(ptr)) {
+    std::uint64_t v = stale->load(std::memory_order_acquire);
+    // A stale record of a cached block would mean the block went to the pool behind the
+    // cache's back; its bucket still lists it, so the new hand-out stays untracked instead.
+    if ((v & cached_bit) != 0 || !stale->compare_exchange_strong(v, value)) {
+      untracked_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    if (class_of(v) == graph_class) { recorded_.fetch_add(1, std::memory_order_relaxed); }
+    return true;
+  }
+  std::size_t const home = home_slot(a, slot_mask_);
+  for (std::size_t i = 0; i < probe; ++i) {
+    auto& slot             = slots_[(home + i) & slot_mask_];
+    std::uint64_t expected = 0;
+    if (slot.load(std::memory_order_relaxed) == 0 &&
+        slot.compare_exchange_strong(expected, value, std::memory_order_acq_rel)) {
+      recorded_.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+  }
+  untracked_.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+void front_cache::record_graph(void* ptr) noexcept
+{
+  std::uint64_t const a = address_of(ptr);
+  if (a == 0 || (a & ~address_mask) != 0) { return; }
+  std::uint64_t const value = slot_value(ptr, graph_class, false);
+  if (auto* existing = find_slot(ptr)) {
+    std::uint64_t v = existing->load(std::memory_order_acquire);
+    // The same graph again (its address comes back), or a stale record of a block the pool
+    // has handed to the graph's memory since: note the graph. Never over a cached block.
+    if ((v & cached_bit) == 0 && existing->compare_exchange_strong(v, value) &&
+        class_of(v) != graph_class) {
+      recorded_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    return;
+  }
+  std::size_t const home = home_slot(a, slot_mask_);
+  for (std::size_t i = 0; i < probe; ++i) {
+    auto& slot             = slots_[(home + i) & slot_mask_];
+    std::uint64_t expected = 0;
+    if (slot.load(std::memory_order_relaxed) == 0 &&
+        slot.compare_exchange_strong(expected, value, std::memory_order_acq_rel)) {
+      return;
+    }
+  }
+}
+
+bool front_cache::forget(void* ptr) noexcept
+{
+  auto* slot = find_slot(ptr);
+  if (slot == nullptr) { return false; }
+  std::uint64_t v = slot->load(std::memory_order_acquire);
+  if ((v & cached_bit) != 0 || !slot->compare_exchange_strong(v, 0, std::memory_order_acq_rel)) {
+    return false;
+  }
+  if (class_of(v) != graph_class) { recorded_.fetch_sub(1, std::memory_order_relaxed); }
+  return true;
+}
+
+std::size_t front_cache::recorded_bytes(void const* ptr) const noexcept
+{
+  auto const* slot = find_slot(ptr);
+  if (slot == nullptr) { return 0; }
+  std::size_t const c = class_of(slot->load(std::memory_order_acquire));
+  return c == graph_class ? 0 : class_bytes(c);
+}
+
+}  // namespace asyncmr::detail

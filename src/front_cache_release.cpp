@@ -1,0 +1,272 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+// The front cache's way out to the pool (parking, proofs, frees) and its statistics.
+
+#include "detail/front_cache_parts.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace asyncmr::detail {
+
+using namespace front_cache_parts;
+
+// ---- leaving for the pool -------------------------------------------------------------------
+
+std::size_t front_cache::park(bucket& b) noexcept
+{
+  // Caller holds b.lock.
+  std::size_t const moved = b.blocks;
+  if (moved == 0) { return 0; }
+  if (b.parked_blocks == 0) {
+    b.free.swap(b.parked);  // no allocation: the lists trade their buffers
+    b.parked_bytes  = b.cached;
+    b.parked_blocks = b.blocks;
+    b.cached        = 0;
+    b.blocks        = 0;
+  } else {
+    // Parked blocks wait for an older proof: append, as far as host memory allows (what cannot
+    // be moved stays cached, which is always safe).
+    for (std::size_t i = 0; i < class_count; ++i) {
+      auto& from = b.free[i];
+      while (!from.empty()) {
+        try {
+          b.parked[i].push_back(from.back());
+        } catch (...) {
+          break;
+        }
+        from.pop_back();
+        b.cached -= class_table[i];
+        --b.blocks;
+        b.parked_bytes += class_table[i];
+        ++b.parked_blocks;
+      }
+    }
+  }
+  // Read after the move (sequentially consistent with begin_proof's increment): a proof taken
+  // after this read covers these blocks; one taken before does not (see free_parked_impl).
+  b.parked_proof = proof_.load(std::memory_order_seq_cst);
+  return moved - b.blocks;
+}
+
+std::size_t front_cache::detach_all() noexcept
+{
+  std::size_t moved = 0;
+  lock_scope const registry{registry_lock_};
+  for (auto const& b : buckets_) {
+    lock_scope const g{b->lock};
+    moved += park(*b);
+    available_.fetch_add(b->credit, std::memory_order_relaxed);  // an emptied cache holds none
+    b->credit = 0;
+    b->grant  = 0;
+  }
+  return moved;
+}
+
+std::size_t front_cache::detach_stale() noexcept
+{
+  std::size_t moved = 0;
+  lock_scope const registry{registry_lock_};
+  std::uint64_t const epoch = epoch_.load(std::memory_order_relaxed);
+  for (auto const& b : buckets_) {
+    lock_scope const g{b->lock};
+    if (!b->bound || b->seen >= epoch) { continue; }  // used during this epoch
+    moved += park(*b);
+    available_.fetch_add(b->credit, std::memory_order_relaxed);
+    b->credit = 0;
+    b->grant  = 0;
+    if (b->blocks == 0 && b->parked_blocks == 0) {
+      by_key_.erase(b->key);
+      b->bound = false;
+      spare_.push_back(b.get());  // capacity reserved when the bucket was made
+    }
+  }
+  epoch_.store(epoch + 1, std::memory_order_relaxed);
+  if (moved != 0) {
+    reclaims_.fetch_add(1, std::memory_order_relaxed);
+    reclaimed_blocks_.fetch_add(moved, std::memory_order_relaxed);
+  }
+  return moved;
+}
+
+std::uint64_t front_cache::begin_proof() noexcept
+{
+  // Blocks parked with parked_proof <= the value returned were parked before this increment in
+  // the single order of sequentially consistent operations; a synchronization the caller
+  // starts afterwards waits for all the work their streams had queued before their free.
+  return proof_.fetch_add(1, std::memory_order_seq_cst);
+}
+
+std::size_t front_cache::free_parked_impl(bool one,
+                                          std::uint64_t proven,
+                                          stream_key stream,
+                                          drain_fn f,
+                                          void* ctx) noexcept
+{
+  // One bucket at a time: its lists are swapped out under the locks, then `f` runs with no lock
+  // held (it calls CUDA, and may even use this cache). Indices stay valid: buckets_ only grows.
+  std::size_t freed = 0;
+  block_lists taken;  // empty vectors: constructing them allocates nothing
+  for (std::size_t i = 0;; ++i) {
+    stream_key key = 0;
+    {
+      lock_scope const registry{registry_lock_};
+      if (one) {
+        if (i != 0) { break; }
+        auto const it = by_key_.find(stream);
+        if (it == by_key_.end()) { break; }
+        bucket& b = *it->second;
+        lock_scope const g{b.lock};
+        taken.swap(b.free);
+        available_.fetch_add(b.cached + b.credit, std::memory_order_relaxed);
+        b.cached = 0;
+        b.blocks = 0;
+        b.credit = 0;
+        key      = b.key;
+      } else {
+        if (i >= buckets_.size()) { break; }
+        bucket& b = *buckets_[i];
+        lock_scope const g{b.lock};
+        if (b.parked_blocks == 0 || b.parked_proof > proven) { continue; }
+        taken.swap(b.parked);
+        available_.fetch_add(b.parked_bytes, std::memory_order_relaxed);
+        b.parked_bytes  = 0;
+        b.parked_blocks = 0;
+        key             = b.key;
+      }
+    }
+    for (std::size_t c = 0; c < class_count; ++c) {
+      for (void* const p : taken[c]) {
+        // The record forgets the block before the pool can hand its address out again.
+        if (auto* slot = find_slot(p)) {
+          slot->store(0, std::memory_order_release);
+          recorded_.fetch_sub(1, std::memory_order_relaxed);
+        }
+        f(ctx, key, p, class_table[c]);
+        ++freed;
+      }
+      taken[c].clear();
+    }
+    if (!one) {
+      // A bucket a stale reclaim emptied belongs to a stream idle since before that reclaim:
+      // free it for another stream now rather than at the next reclaim.
+      lock_scope const registry{registry_lock_};
+      bucket& b = *buckets_[i];
+      lock_scope const g{b.lock};
+      if (b.bound && b.blocks == 0 && b.parked_blocks == 0 &&
+          b.seen + 1 < epoch_.load(std::memory_order_relaxed)) {
+        by_key_.erase(b.key);
+        available_.fetch_add(b.credit, std::memory_order_relaxed);
+        b.credit = 0;
+        b.bound  = false;
+        spare_.push_back(&b);  // capacity reserved when the bucket was made
+      }
+    }
+  }
+  return freed;
+}
+
+// ---- statistics -----------------------------------------------------------------------------
+
+std::size_t front_cache::bytes() const noexcept
+{
+  std::size_t total = 0;
+  lock_scope const registry{registry_lock_};
+  for (auto const& b : buckets_) {
+    lock_scope const g{b->lock};
+    total += b->cached;
+  }
+  return total;
+}
+
+std::size_t front_cache::held_blocks() const noexcept
+{
+  std::size_t total = 0;
+  lock_scope const registry{registry_lock_};
+  for (auto const& b : buckets_) {
+    lock_scope const g{b->lock};
+    total += b->blocks + b->parked_blocks;
+  }
+  return total;
+}
+
+front_cache_stats front_cache::stats() const noexcept
+{
+  front_cache_stats s{};
+  lock_scope const registry{registry_lock_};
+  for (auto const& b : buckets_) {
+    lock_scope const g{b->lock};
+    s.hits += b->hits;
+    s.misses += b->misses;
+    s.refused_cap += b->refused_cap;
+    s.refused_uncacheable += b->refused_uncacheable;
+    s.refused_not_recorded += b->refused_not_recorded;
+    s.refused_wrong_size += b->refused_wrong_size;
+    s.refused_double_free += b->refused_double_free;
+    s.cached_bytes += b->cached;
+    s.cached_blocks += b->blocks;
+    s.parked_bytes += b->parked_bytes;
+    s.parked_blocks += b->parked_blocks;
+  }
+  s.untracked        = untracked_.load(std::memory_order_relaxed);
+  s.reclaims         = reclaims_.load(std::memory_order_relaxed);
+  s.reclaimed_blocks = reclaimed_blocks_.load(std::memory_order_relaxed);
+  s.recorded_blocks  = recorded_.load(std::memory_order_relaxed);
+  s.charged_bytes    = cap_ - available_.load(std::memory_order_relaxed);
+  s.charged_high     = std::max(s.charged_bytes, charged_high_.load(std::memory_order_relaxed));
+  s.streams          = by_key_.size();
+  return s;
+}
+
+void front_cache::reset_peaks() noexcept
+{
+  charged_high_.store(cap_ - available_.load(std::memory_order_relaxed),
+                      std::memory_order_relaxed);
+}
+
+std::size_t front_cache::check_invariants() const
+{
+  // Every change of the budget happens under some bucket's lock, so with all of them held the
+  // snapshot is exact.
+  lock_scope const registry{registry_lock_};
+  for (auto const& b : buckets_) { b->lock.lock(); }
+  std::size_t cached = 0;
+  std::size_t held   = 0;
+  std::string error;
+  for (auto const& b : buckets_) {
+    std::size_t bytes = 0, blocks = 0, pbytes = 0, pblocks = 0;
+    for (std::size_t i = 0; i < class_count; ++i) {
+      bytes += b->free[i].size() * class_bytes(i);
+      blocks += b->free[i].size();
+      pbytes += b->parked[i].size() * class_bytes(i);
+      pblocks += b->parked[i].size();
+      for (auto const* lists : {&b->free, &b->parked}) {
+        for (void* const p : (*lists)[i]) {
+          auto const* slot = find_slot(p);
+          std::uint64_t const v = slot != nullptr ? slot->load() : 0;
+          if (slot == nullptr || (v & cached_bit) == 0 || class_of(v) != i) {
+            error = "a cached or parked block is not recorded as such at its class";
+          }
+        }
+      }
+    }
+    if (bytes != b->cached || blocks != b->blocks || pbytes != b->parked_bytes ||
+        pblocks != b->parked_blocks) {
+      error = "a bucket's byte or block count disagrees with its lists";
+    }
+    if (!b->bound && (blocks != 0 || pblocks != 0 || b->credit != 0)) {
+      error = "an unbound bucket holds blocks or credit";
+    }
+    cached += b->cached;
+    held += b->cached + b->parked_bytes + b->credit;
+  }
+  std::size_t const available = available_.load(std::memory_order_relaxed);
+  for (auto const& b : buckets_) { b->lock.unlock(); }
+  if (held + available != cap_) { error = "bucket charges plus the global budget != cap"; }
+  if (cached > cap_) { error = "cached bytes exceed the cap"; }
+  if (!error.empty()) { throw std::logic_error{"asyncmr: front cache: " + error}; }
+  return cached;
+}
+
+}  // namespace asyncmr::detail
