@@ -685,3 +685,26 @@ def test_cache_bench_quick_prints_every_part(gpu):
             assert len(rounds["1"]) == len(rounds[n]) == th["rounds"]
             assert e["scaling"]["median"] > 0 and e["per_thread"] >= 1000
     assert th["control_scaling"] > 0
+
+
+# ---- README figures ---------------------------------------------------------------------------
+
+
+def test_every_readme_figure_is_rendered_from_the_committed_results():
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "render_readme.py"), "--check"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_figure_typed_into_the_readme_fails_the_check(tmp_path):
+    readme = tmp_path / "README.md"
+    text = (ROOT / "README.md").read_text()
+    readme.write_text(text.replace("## Install", "A pair costs 0.42 us.\n\n## Install", 1))
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "render_readme.py"), "--check",
+                           "--readme", str(readme)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "'0.42 us'" in proc.stdout, proc.stdout
+    # And a block edited by hand differs from the render.
+    readme.write_text(text.replace("| us |", "| us (edited) |", 1))
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "render_readme.py"), "--check",
+                           "--readme", str(readme)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "differs from the committed results" in proc.stdout
