@@ -708,3 +708,17 @@ def test_a_figure_typed_into_the_readme_fails_the_check(tmp_path):
     proc = subprocess.run([sys.executable, str(BENCHMARKS / "render_readme.py"), "--check",
                            "--readme", str(readme)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "differs from the committed results" in proc.stdout
+
+
+def test_every_section_of_a_full_run_has_a_plot(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plots are drawn with matplotlib "
+                        "(the [bench] extra); the rest of the benchmark runs without it")
+    from asyncmr_bench.plots import write_plots
+
+    doc = load(QUICK_RUN)  # the committed run with all eleven sections
+    made = write_plots(doc, tmp_path)
+    assert "error" not in made, made
+    assert sorted(made) == sorted(doc["sections"]), made
+    for key, name in made.items():
+        assert not name.startswith("error"), (key, name)
+        assert (tmp_path / name).stat().st_size > 10_000, name

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""One PNG per section that has a plot (sections 1 to 6), drawn with matplotlib from the
-results document; a missing matplotlib is recorded, not fatal."""
+"""One PNG per section (sections 1 to 11), drawn with matplotlib from the results document;
+a missing matplotlib is recorded, not fatal. Colours say whose a bar is, the same in every plot:
+asyncmr green, other libraries blue, the raw driver floor or an ideal grey; each plot has the
+legend that says so."""
 
 from __future__ import annotations
 
@@ -22,7 +24,9 @@ def write_plots(doc: dict, out: Path) -> dict:
     made = {}
     secs = doc.get("sections", {})
     for num, fn in ((1, _plot_pair_cost), (2, _plot_sync), (3, _plot_threads),
-                    (4, _plot_frag), (5, _plot_staging), (6, _plot_cupy)):
+                    (4, _plot_frag), (5, _plot_staging), (6, _plot_cupy), (7, _plot_gil),
+                    (8, _plot_cupy_pinned), (9, _plot_pinned_arrays), (10, _plot_cudf),
+                    (11, _plot_front_cache)):
         key = SECTION_KEYS[num]
         res = secs.get(key)
         if not res or section_failed(res) or "skipped" in res:
@@ -46,6 +50,48 @@ def _subtitle(meta: dict) -> str:
            f"{meta.get('date', '')}"
 
 
+ASYNCMR, OTHER, FLOOR = "tab:green", "tab:blue", "tab:gray"
+
+
+def _family(name: str) -> str:
+    """The colour of a contender: asyncmr's, another library's, or a floor / ideal."""
+    if name.startswith(("C++", "raw floor")) or "ideal" in name:
+        return FLOOR
+    if name.startswith(("Async", "asyncmr")):
+        return ASYNCMR
+    return OTHER
+
+
+def _legend(ax, plt, families=(ASYNCMR, OTHER, FLOOR), **kw):
+    """The colour key of the figure, under its title (never over a bar)."""
+    from matplotlib.patches import Patch
+
+    labels = {ASYNCMR: "asyncmr", OTHER: "other libraries", FLOOR: "raw driver floor / ideal"}
+    kw.pop("loc", None)
+    ax.figure.legend(handles=[Patch(color=c, label=labels[c]) for c in families], fontsize=8,
+                     loc="upper center", bbox_to_anchor=(0.5, 0.955), ncol=len(families),
+                     frameon=False, **kw)
+
+
+def _log_x(ax):
+    """A log x axis with labels on the decades only (minor labels overlap)."""
+    from matplotlib.ticker import NullFormatter
+
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _hbars(ax, names, values, unit_fmt="{:.3g}"):
+    """Horizontal bars, one per name, coloured by family, each labelled with its value."""
+    ax.barh(range(len(names)), [v or 0.0 for v in values], color=[_family(n) for n in names])
+    for i, v in enumerate(values):
+        if v:
+            ax.text(v, i, " " + unit_fmt.format(v), va="center", fontsize=7)
+    ax.set_yticks(range(len(names)))
+    ax.set_yticklabels(names, fontsize=8)
+    ax.invert_yaxis()
+
+
 def _plot_pair_cost(plt, res, meta):
     sizes = res.get("sizes", [])
     rows = {}
@@ -61,11 +107,8 @@ def _plot_pair_cost(plt, res, meta):
                              sharey=True, squeeze=False)
     for ax, s in zip(axes[0], sizes, strict=True):
         vals = [rows[n][s] or 0.0 for n in names]
-        colors = ["tab:green" if n.startswith("Async") else
-                  "tab:gray" if n.startswith(("C++", "raw floor")) else "tab:blue"
-                  for n in names]
-        ax.barh(range(len(names)), vals, color=colors)
-        ax.set_xscale("log")
+        ax.barh(range(len(names)), vals, color=[_family(n) for n in names])
+        _log_x(ax)
         for i, v in enumerate(vals):
             if v:
                 ax.text(v, i, f" {v:.3g}", va="center", fontsize=6)
@@ -75,6 +118,7 @@ def _plot_pair_cost(plt, res, meta):
     axes[0][0].set_yticks(range(len(names)))
     axes[0][0].set_yticklabels(names, fontsize=8)
     axes[0][0].invert_yaxis()
+    _legend(axes[0][-1], plt, loc="lower right")
     fig.suptitle(f"Alloc+free pair cost, one stream -- {_subtitle(meta)}")
     return fig
 
@@ -152,27 +196,20 @@ def _plot_staging(plt, res, meta):
     lc = {n: e for n, e in res.get("large_copy", {}).items() if "error" not in e}
     if not st and not lc:
         return None
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 3.8))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 4.2), gridspec_kw={"width_ratios": [3, 2]})
     names = list(st)
-    a1.barh(range(len(names)), [st[n]["GBps"] for n in names], color="tab:green")
-    for i, n in enumerate(names):
-        a1.text(st[n]["GBps"], i, f" {st[n]['GBps']:.3g}", va="center", fontsize=7)
-    a1.set_yticks(range(len(names)))
-    a1.set_yticklabels(names, fontsize=8)
-    a1.invert_yaxis()
-    a1.set_xscale("log")
+    _hbars(a1, names, [st[n].get("GBps") for n in names])
     a1.set_xlabel("staging GB/s (median)")
     a1.set_title("H2D staging in chunks")
+    _legend(a1, plt, loc="lower right")
     names = list(lc)
-    for j, d in enumerate(("H2D", "D2H")):
-        a2.bar([i + 0.4 * j - 0.2 for i in range(len(names))],
-               [median_of(lc[n].get(d), "GBps") or 0 for n in names], width=0.4, label=d)
-    a2.set_xticks(range(len(names)))
-    a2.set_xticklabels(names, fontsize=8)
-    a2.set_ylabel("GB/s (median)")
+    rows = [(n, d, median_of(lc[n].get(d), "GBps")) for n in names for d in ("H2D", "D2H")]
+    labels = [f"{n} {d}" for n, d, _ in rows]
+    _hbars(a2, labels, [v for _, _, v in rows])
+    a2.set_xlabel("GB/s (median)")
     a2.set_title("one large copy")
-    a2.legend(fontsize=8)
     fig.suptitle(f"Pinned memory -- {_subtitle(meta)}")
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig
 
 
@@ -185,12 +222,118 @@ def _plot_cupy(plt, res, meta):
     ax.barh(range(len(names)), [ok[n]["median_s"] for n in names],
             xerr=[[ok[n]["median_s"] - ok[n]["p10_s"] for n in names],
                   [ok[n]["p90_s"] - ok[n]["median_s"] for n in names]],
-            color=["tab:green" if n.startswith("Async") else "tab:blue" for n in names])
+            color=[_family(n) for n in names])
     ax.set_yticks(range(len(names)))
     ax.set_yticklabels(names, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("wall time, s (median, p10-p90)")
+    _legend(ax, plt, (ASYNCMR, OTHER), loc="lower right")
     fig.suptitle(f"Managed CuPy pipeline -- {_subtitle(meta)}", fontsize=9)
+    return fig
+
+
+def _plot_gil(plt, res, meta):
+    stall = (res.get("stall") or {}).get("results") or {}
+    th = res.get("threads") or {}
+    if not stall and not th:
+        return None
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 3.8))
+    names = [n for n, e in stall.items() if "error" not in e]
+    _hbars(a1, names, [(stall[n].get("longest_gap") or {}).get("median_ms") for n in names],
+           "{:.3g} ms")
+    _log_x(a1)
+    a1.set_xlabel("a Python ticker's longest gap while a pinned pool grows, ms (median)")
+    a1.set_title("stall")
+    counts = th.get("thread_counts") or [8]
+    n = str(max(counts))
+    tres = th.get("results") or {}
+    names = [k for k, e in tres.items() if "error" not in e]
+    _hbars(a2, names, [((tres[k].get(n) or {}).get("median_pairs_per_s") or 0) / 1e6
+                       for k in names], "{:.3g} M/s")
+    a2.set_xlabel(f"aggregate M pairs/s, {n} threads on their own streams (median)")
+    a2.set_title("threads")
+    _legend(a2, plt, (ASYNCMR, OTHER), loc="lower right")
+    fig.suptitle(f"The GIL policy -- {_subtitle(meta)}")
+    fig.tight_layout(rect=(0, 0, 1, 0.92))
+    return fig
+
+
+def _gbps_rows(results: dict, key: str) -> tuple[list, list]:
+    labels, values = [], []
+    for name, e in results.items():
+        if not isinstance(e, dict) or "error" in e:
+            continue
+        for d in ("H2D", "D2H"):
+            entry = e.get(d) or {}
+            labels.append(f"{name} {d}")
+            values.append(entry.get(key) if key in entry else median_of(entry, "GBps"))
+    return labels, values
+
+
+def _plot_cupy_pinned(plt, res, meta):
+    results = res.get("results") or {}
+    labels, values = _gbps_rows(results, "GBps")
+    if not labels:
+        return None
+    fig, ax = plt.subplots(figsize=(9, 0.4 * len(labels) + 1.6))
+    _hbars(ax, labels, values, "{:.3g} GB/s")
+    ax.set_xlabel("GB/s through CuPy's pinned-memory hook (median)")
+    _legend(ax, plt, (ASYNCMR, OTHER), loc="lower right")
+    fig.suptitle(f"CuPy staging loop -- {_subtitle(meta)}", fontsize=9)
+    return fig
+
+
+def _plot_pinned_arrays(plt, res, meta):
+    labels, values = _gbps_rows(res.get("results") or {}, "median_GBps")
+    if not labels:
+        return None
+    fig, ax = plt.subplots(figsize=(9, 0.4 * len(labels) + 1.6))
+    _hbars(ax, labels, values, "{:.4g} GB/s")
+    ax.set_xlabel("copy GB/s (median)")
+    _legend(ax, plt, (ASYNCMR, OTHER), loc="lower right")
+    fig.suptitle(f"Pinned NumPy arrays -- {_subtitle(meta)}", fontsize=9)
+    return fig
+
+
+def _plot_cudf(plt, res, meta):
+    results = {n: e for n, e in (res.get("results") or {}).items() if "error" not in e}
+    if not results:
+        return None
+    labels, values = [], []
+    for name, e in results.items():
+        for what in ("write", "read"):
+            v = (e.get(what) or {}).get("median_s")
+            labels.append(f"{name}: {what}")
+            values.append(v * 1e3 if isinstance(v, (int, float)) else None)
+    fig, ax = plt.subplots(figsize=(10, 0.4 * len(labels) + 1.6))
+    _hbars(ax, labels, values, "{:.3g} ms")
+    ax.set_xlabel("Parquet time, ms (median)")
+    _legend(ax, plt, (ASYNCMR, OTHER), loc="lower right")
+    fig.suptitle(f"cuDF Parquet round trip -- {_subtitle(meta)}", fontsize=9)
+    return fig
+
+
+def _plot_front_cache(plt, res, meta):
+    py = ((res.get("python") or {}).get("results")) or {}
+    sizes = res.get("sizes") or [4096, 65536]
+    names = [n for n, e in py.items() if "error" not in e and "skipped" not in e]
+    pinned = ((res.get("cpp") or {}).get("pairs") or {}).get("pinned") or {}
+    if not names and not pinned:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(13, 0.35 * max(len(names), 3) + 2.2))
+    s0 = str(sizes[0])
+    _hbars(axes[0], names, [median_of(py[n].get(s0)) for n in names], "{:.3g} us")
+    _log_x(axes[0])
+    axes[0].set_xlabel(f"us per alloc+free pair from Python, {fmt_size(sizes[0])} (median)")
+    _legend(axes[0], plt, loc="lower right")
+    ways = [("cached", "asyncmr: cache hit, via ref"), ("uncached", "asyncmr: no cache, via ref"),
+            ("floor", "raw floor")]
+    entry = pinned.get(s0) or {}
+    _hbars(axes[1], [label for _, label in ways],
+           [(entry.get(w) or {}).get("median_ns") for w, _ in ways], "{:.4g} ns")
+    axes[1].set_xlabel(f"ns per pair in C++, pinned, {fmt_size(sizes[0])} (median)")
+    fig.suptitle(f"Front cache -- {_subtitle(meta)}")
+    fig.tight_layout(rect=(0, 0, 1, 0.92))
     return fig
 
 
