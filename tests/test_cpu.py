@@ -201,7 +201,7 @@ def test_exported_enums_are_taken_where_their_names_are():
 def _decide(driver, build, loc, atype, source="default", **facts):
     from asyncmr import _core
 
-    return _core._decide_pool_support(driver=driver, build=build, loc=loc,
+    return _core._decide_pool_support(driver=driver, build=build, location=loc,
                                       allocation_type=atype, pool=source, **facts)
 
 

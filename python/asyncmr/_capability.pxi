@@ -48,12 +48,12 @@ def _set_testing_driver_version(int version):
     set_testing_driver_version(version)
 
 
-def _decide_pool_support(*, driver, build, loc, allocation_type, pool="default",
+def _decide_pool_support(*, driver, build, location, allocation_type, pool="default",
                          memory_pools=True, concurrent_managed_access=True,
                          host_memory_pools=True, host_numa_memory_pools=True):
     """Tests and ``asyncmr info``: the support decision for a platform given by value (no CUDA
     call). Returns ``(path name or None, reason)``."""
-    cdef location_t c_loc = to_location(loc)
+    cdef location_t c_loc = to_location(location)
     cdef AllocationType t = to_type(allocation_type)
     cdef PoolSource source = to_source(pool)
     validate_combination(c_loc, t, source == PoolSource.new_pool)
@@ -87,13 +87,13 @@ def device_facts(int device):
             "host_numa_memory_pools": p.device.host_numa_memory_pools}
 
 
-def pool_support(loc, allocation_type, pool="default"):
+def pool_support(location, allocation_type, pool="default"):
     """How this build reaches a ``pool`` ("default", "current", "new" or a :class:`PoolSource`)
     of ``allocation_type`` ("device", "pinned", "managed" or an :class:`AllocationType`) at
-    ``loc`` on this driver and device: ``(path, reason)`` where path is "runtime",
+    ``location`` on this driver and device: ``(path, reason)`` where path is "runtime",
     "driver_entry_point", "stand_in" or None (unsupported, and reason says why). Impossible
     combinations raise ValueError."""
-    cdef location_t c_loc = to_location(loc)
+    cdef location_t c_loc = to_location(location)
     cdef AllocationType t = to_type(allocation_type)
     cdef PoolSource source = to_source(pool)
     validate_combination(c_loc, t, source == PoolSource.new_pool)

@@ -85,14 +85,14 @@ def device_count() -> int: ...
 def failed_deallocations() -> int: ...
 def device_facts(device: int) -> dict[str, bool]: ...
 def pool_support(
-    loc: Location, allocation_type: _AllocationTypeLike, pool: _PoolLike = "default"
+    location: Location, allocation_type: _AllocationTypeLike, pool: _PoolLike = "default"
 ) -> tuple[_PathName | None, str]: ...
 def export_pointer(ptr: int) -> bytes: ...
 def _decide_pool_support(
     *,
     driver: int,
     build: int,
-    loc: Location,
+    location: Location,
     allocation_type: _AllocationTypeLike,
     pool: _PoolLike = "default",
     memory_pools: bool = True,
