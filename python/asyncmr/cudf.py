@@ -20,20 +20,20 @@ try:
     import libcudf
 
     libcudf.load_library()  # libcudf.so and what it needs, before the extension that links it
-except Exception as e:  # ImportError, or the loader's error for a missing CUDA library
+except Exception as _missing:  # ImportError, or the loader's error for a missing CUDA library
     from asyncmr import runtime_version
 
     raise ImportError(f"asyncmr.cudf needs libcudf and the CUDA libraries it loads "
                       f"(pip install libcudf-cu{runtime_version() // 1000}): "
-                      f"{type(e).__name__}: {e}") from e
+                      f"{type(_missing).__name__}: {_missing}") from _missing
 
 try:
     from asyncmr import _cudf
-except ImportError as e:
+except ImportError as _missing:
     raise ImportError(
         "asyncmr.cudf is not available: this asyncmr was built without libcudf (install "
         "libcudf-cu13 26.10, then rebuild asyncmr from source so asyncmr._cudf is built): "
-        f"{e}") from e
+        f"{_missing}") from _missing
 
 from asyncmr._cudf import CudfPinnedResource
 

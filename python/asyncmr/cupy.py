@@ -38,12 +38,12 @@ try:
     import cupy
     from cupy.cuda.pinned_memory import PinnedMemoryPointer
     from cupy_backends.cuda.api.runtime import CUDARuntimeError
-except ImportError as e:  # pragma: no cover - depends on the environment
+except ImportError as _missing:  # pragma: no cover - depends on the environment
     from asyncmr import runtime_version
 
     raise ImportError(
         f"asyncmr.cupy needs CuPy (pip install cupy-cuda{runtime_version() // 1000}x, the CuPy "
-        "of this build's CUDA major, or asyncmr's [demo] extra)") from e
+        "of this build's CUDA major, or asyncmr's [demo] extra)") from _missing
 
 from asyncmr.pinned import PinnedBlock, _check_mr, _check_size, default_pinned_mr
 

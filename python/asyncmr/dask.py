@@ -45,9 +45,9 @@ import os
 
 try:
     from distributed import WorkerPlugin
-except ImportError as e:  # pragma: no cover - depends on the environment
+except ImportError as _missing:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "asyncmr.dask needs Dask's distributed (pip install dask-cuda, which brings it)") from e
+        "asyncmr.dask needs Dask's distributed (pip install dask-cuda, which brings it)") from _missing
 
 from asyncmr._exceptions import AsyncMRError
 from asyncmr._validate import size as _size
