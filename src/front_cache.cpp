@@ -290,7 +290,7 @@ void* front_cache::take(stream_key stream, std::size_t bytes) noexcept
     b->lock.unlock();
     return nullptr;
   }
-  void* const ptr = list.back();
+  record_slot* const slot = list.back();
   list.pop_back();
   std::size_t const c = class_table[idx];
   b->cached -= c;
@@ -298,12 +298,11 @@ void* front_cache::take(stream_key stream, std::size_t bytes) noexcept
   b->credit += c;
   ++b->hits;
   give_back_excess(*b);
-  // Handed out again. Only this bucket holds the block, and its lock is held: a plain store.
-  if (auto* slot = find_slot(ptr)) {
-    slot->store(slot_value(ptr, idx, false), std::memory_order_release);
-  }
+  // Handed out again. Only this bucket lists the block, and its lock is held: a plain store.
+  std::uint64_t const v = slot->load(std::memory_order_acquire);
+  slot->store(v & ~cached_bit, std::memory_order_release);
   b->lock.unlock();
-  return ptr;
+  return address_in(v);
 }
 
 put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes) noexcept
@@ -380,7 +379,7 @@ put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes) noe
     if (b->credit < c && !reserve(*b, c)) { return refuse(); }
   }
   try {
-    b->free[idx].push_back(ptr);
+    b->free[idx].push_back(slot);
   } catch (...) {
     return refuse();  // no host memory for the list: as good as full
   }

@@ -137,12 +137,11 @@ std::size_t front_cache::free_parked_impl(bool one,
       }
     }
     for (std::size_t c = 0; c < class_count; ++c) {
-      for (void* const p : taken[c]) {
+      for (record_slot* const slot : taken[c]) {
         // The record forgets the block before the pool can hand its address out again.
-        if (auto* slot = find_slot(p)) {
-          slot->store(0, std::memory_order_release);
-          recorded_.fetch_sub(1, std::memory_order_relaxed);
-        }
+        void* const p = address_in(slot->load(std::memory_order_acquire));
+        slot->store(0, std::memory_order_release);
+        recorded_.fetch_sub(1, std::memory_order_relaxed);
         f(ctx, key, p, class_table[c]);
         ++freed;
       }
@@ -242,10 +241,9 @@ std::size_t front_cache::check_invariants() const
       pbytes += b->parked[i].size() * class_bytes(i);
       pblocks += b->parked[i].size();
       for (auto const* lists : {&b->free, &b->parked}) {
-        for (void* const p : (*lists)[i]) {
-          auto const* slot = find_slot(p);
-          std::uint64_t const v = slot != nullptr ? slot->load() : 0;
-          if (slot == nullptr || (v & cached_bit) == 0 || class_of(v) != i) {
+        for (record_slot const* const slot : (*lists)[i]) {
+          std::uint64_t const v = slot->load();
+          if ((v & cached_bit) == 0 || class_of(v) != i || find_slot(address_in(v)) != slot) {
             error = "a cached or parked block is not recorded as such at its class";
           }
         }

@@ -61,7 +61,10 @@ struct line_allocator {
   }
 };
 
-using block_list  = std::vector<void*, line_allocator<void*>>;
+// A cached block is listed by its slot in the ownership record (the slot holds its address and
+// class), so a hit reads the address and marks it handed out with no search of the record.
+using record_slot = std::atomic<std::uint64_t>;
+using block_list  = std::vector<record_slot*, line_allocator<record_slot*>>;
 using block_lists = std::array<block_list, front_cache::class_count>;
 
 // ---- the ownership record's slots -----------------------------------------------------------
@@ -100,6 +103,11 @@ inline std::size_t class_of(std::uint64_t slot) noexcept
 inline std::uint64_t slot_value(void const* p, std::size_t cls, bool cached) noexcept
 {
   return address_of(p) | (std::uint64_t{cls} << class_shift) | (cached ? cached_bit : 0);
+}
+
+inline void* address_in(std::uint64_t slot) noexcept
+{
+  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(slot & address_mask));
 }
 
 inline std::size_t record_size(std::size_t cap, std::size_t requested)
