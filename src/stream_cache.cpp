@@ -88,8 +88,8 @@ bool key_of(cudaStream_t stream, stream_key& key) noexcept
   return e == cudaSuccess;
 }
 
-// The pool the driver says `ptr` was allocated from: a handle, nullptr when it names none (a
-// graph's allocation, cudaMalloc memory), or nothing when it cannot be asked.
+// The pool the driver says `ptr` was allocated from: a handle, nullptr when it names none
+// (cudaMalloc memory, host memory), or nothing when it cannot be asked.
 constexpr int pointer_attribute_mempool_handle = 17;  // CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE
 
 std::optional<cudaMemPool_t> pool_of(void* ptr) noexcept
@@ -400,8 +400,9 @@ free_result stream_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t
     if (!cache_.forget(ptr)) { return {free_status::already_free, cudaSuccess, put.recorded_bytes}; }
     return pool_free(ptr, stream);
   }
-  // Not a block the cache handed out: the pool's if the driver does not name another pool
-  // (a graph's allocation names none, and the driver judges the free).
+  // Not a block the cache handed out (an uncacheable size, a block of an uncached sibling, one the
+  // record had no room for): the pool's, unless the driver names another pool. Memory that no
+  // pool handed out names none, and the driver judges its free.
   if (auto const owner = pool_of(ptr); owner && *owner != nullptr && *owner != pool_.handle_or_null()) {
     return {free_status::not_this_resource, cudaSuccess, 0};
   }
