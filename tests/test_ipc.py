@@ -57,6 +57,22 @@ if kind == "pinned":  # host code of the importer reads the exporter's pinned me
 print("CHECKED" if ok else "WRONG", flush=True)
 if how == "die":
     os._exit(0)  # holding the import: the driver must clean up after this process
+if how == "dealloc_gil":
+    # The import dies while a Python host function waits behind a kernel on the legacy stream,
+    # which its release waits for: that wait must not hold the GIL (or nothing ever runs).
+    spin = cupy.RawKernel('extern "C" __global__ void spin(long long cycles)'
+                          '{ long long t = clock64(); while (clock64() - t < cycles) {} }', "spin")
+    ran = []
+    null = cupy.cuda.Stream.null
+    with null:
+        spin((1,), (1,), (cupy.int64(2_000_000_000),))
+    null.launch_host_func(lambda _: ran.append(1), None)
+    del imported, view
+    null.synchronize()
+    print("DEALLOC OK", ran, flush=True)
+    pool.close()
+    print("OK", flush=True)
+    sys.exit(0)
 if how == "capture_release":  # a release inside a capture is refused and changes nothing
     from rmm.pylibrmm.stream import Stream
     cs = cupy.cuda.Stream(non_blocking=True)
@@ -178,6 +194,15 @@ def test_an_importer_cannot_claim_more_bytes_than_the_driver_mapped(gpu):
     proc = _share(pool, ptr, "device", 0, how="oversize")
     assert proc.returncode == 0 and "OK" in proc.stdout, describe(proc)
     assert "OVERSIZE REFUSED" in proc.stdout, describe(proc)
+    mr.deallocate(ptr, MiB)
+    sync()
+    pool.close()
+
+
+def test_an_import_dying_behind_a_python_host_function_does_not_deadlock(gpu):
+    pool, mr, ptr = _exporter("device")
+    proc = _share(pool, ptr, "device", 0, how="dealloc_gil")
+    assert proc.returncode == 0 and "DEALLOC OK [1]" in proc.stdout, describe(proc)
     mr.deallocate(ptr, MiB)
     sync()
     pool.close()
