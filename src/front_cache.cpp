@@ -156,11 +156,8 @@ front_cache::bucket* front_cache::spare_or_new(stream_key stream) noexcept
       bucket* const c = buckets_[recycle_cursor_++ % buckets_.size()].get();
       lock_scope const g{c->lock};
       if (c->bound && c->blocks == 0 && c->parked_blocks == 0) {
-        by_key_.erase(c->key);
-        available_.fetch_add(c->credit, std::memory_order_relaxed);
-        c->credit = 0;
-        c->bound  = false;
-        b         = c;
+        unbind(*c);
+        b = c;
       }
     }
   }
@@ -180,6 +177,16 @@ front_cache::bucket* front_cache::spare_or_new(stream_key stream) noexcept
   b->grant = 0;
   b->seen  = epoch_.load(std::memory_order_relaxed);
   return b;
+}
+
+void front_cache::unbind(bucket& b) noexcept
+{
+  // Caller holds the registry lock and b.lock; b holds no block.
+  by_key_.erase(b.key);
+  available_.fetch_add(b.credit, std::memory_order_relaxed);
+  b.credit = 0;
+  b.grant  = 0;
+  b.bound  = false;
 }
 
 front_cache::bucket* front_cache::find_slow(stream_key stream) noexcept

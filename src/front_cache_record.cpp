@@ -22,6 +22,21 @@ std::atomic<std::uint64_t>* front_cache::find_slot(void const* ptr) const noexce
   return nullptr;
 }
 
+// Puts `value` into the first empty slot of `address`'s probe sequence; false when none is.
+bool front_cache::claim_empty_slot(std::uint64_t address, std::uint64_t value) noexcept
+{
+  std::size_t const home = home_slot(address, slot_mask_);
+  for (std::size_t i = 0; i < probe; ++i) {
+    auto& slot             = slots_[(home + i) & slot_mask_];
+    std::uint64_t expected = 0;
+    if (slot.load(std::memory_order_relaxed) == 0 &&
+        slot.compare_exchange_strong(expected, value, std::memory_order_acq_rel)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 bool front_cache::record(void* ptr, std::size_t bytes) noexcept
 {
   std::uint64_t const a = address_of(ptr);
@@ -45,15 +60,9 @@ bool front_cache::record(void* ptr, std::size_t bytes) noexcept
     if (class_of(v) == graph_class) { recorded_.fetch_add(1, std::memory_order_relaxed); }
     return true;
   }
-  std::size_t const home = home_slot(a, slot_mask_);
-  for (std::size_t i = 0; i < probe; ++i) {
-    auto& slot             = slots_[(home + i) & slot_mask_];
-    std::uint64_t expected = 0;
-    if (slot.load(std::memory_order_relaxed) == 0 &&
-        slot.compare_exchange_strong(expected, value, std::memory_order_acq_rel)) {
-      recorded_.fetch_add(1, std::memory_order_relaxed);
-      return true;
-    }
+  if (claim_empty_slot(a, value)) {
+    recorded_.fetch_add(1, std::memory_order_relaxed);
+    return true;
   }
   untracked_.fetch_add(1, std::memory_order_relaxed);
   return false;
@@ -74,15 +83,7 @@ void front_cache::record_graph(void* ptr) noexcept
     }
     return;
   }
-  std::size_t const home = home_slot(a, slot_mask_);
-  for (std::size_t i = 0; i < probe; ++i) {
-    auto& slot             = slots_[(home + i) & slot_mask_];
-    std::uint64_t expected = 0;
-    if (slot.load(std::memory_order_relaxed) == 0 &&
-        slot.compare_exchange_strong(expected, value, std::memory_order_acq_rel)) {
-      return;
-    }
-  }
+  static_cast<void>(claim_empty_slot(a, value));  // no room: simply not noted
 }
 
 bool front_cache::forget(void* ptr) noexcept

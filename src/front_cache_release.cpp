@@ -77,8 +77,7 @@ std::size_t front_cache::detach_stale() noexcept
     b->credit = 0;
     b->grant  = 0;
     if (b->blocks == 0 && b->parked_blocks == 0) {
-      by_key_.erase(b->key);
-      b->bound = false;
+      unbind(*b);
       spare_.push_back(b.get());  // capacity reserved when the bucket was made
     }
   }
@@ -155,10 +154,7 @@ std::size_t front_cache::free_parked_impl(bool one,
       lock_scope const g{b.lock};
       if (b.bound && b.blocks == 0 && b.parked_blocks == 0 &&
           b.seen + 1 < epoch_.load(std::memory_order_relaxed)) {
-        by_key_.erase(b.key);
-        available_.fetch_add(b.credit, std::memory_order_relaxed);
-        b.credit = 0;
-        b.bound  = false;
+        unbind(b);
         spare_.push_back(&b);  // capacity reserved when the bucket was made
       }
     }

@@ -338,8 +338,9 @@ class front_cache {
     return static_cast<unsigned>(63 - __builtin_clzll(v));
   }
 
-  // The ownership record (see front_cache.cpp).
+  // The ownership record (see front_cache_record.cpp).
   [[nodiscard]] std::atomic<std::uint64_t>* find_slot(void const* ptr) const noexcept;
+  [[nodiscard]] bool claim_empty_slot(std::uint64_t address, std::uint64_t value) noexcept;
 
   bucket* find(stream_key stream) noexcept;
   bucket* find_slow(stream_key stream) noexcept;
@@ -348,6 +349,7 @@ class front_cache {
   void give_back_excess(bucket& b) noexcept;
   void reclaim_idle_credit(bucket const* except) noexcept;
   std::size_t park(bucket& b) noexcept;
+  void unbind(bucket& b) noexcept;
   std::size_t free_parked_impl(bool one, std::uint64_t proven, stream_key stream, drain_fn f,
                                void* ctx) noexcept;
 
