@@ -7,6 +7,7 @@
 
 #include "detail/driver_api.hpp"
 #include "detail/pool_state.hpp"
+#include "detail/text.hpp"
 
 #include <asyncmr/capability.hpp>
 #include <asyncmr/detail/blocking.hpp>
@@ -54,13 +55,6 @@ std::shared_ptr<pool_state> view_state(cudaMemPool_t handle, location where, all
   return state;
 }
 
-std::string mib(std::uint64_t bytes)
-{
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
-  return text;
-}
-
 // What the pool holds, for an out-of-memory message: "pool: reserved X MiB, used Y MiB".
 std::string describe_usage(cudaMemPool_t h)
 {
@@ -71,7 +65,7 @@ std::string describe_usage(cudaMemPool_t h)
   clear_own_error(a);
   clear_own_error(b);
   if (a != cudaSuccess || b != cudaSuccess) { return "pool: usage unknown"; }
-  return "pool: reserved " + mib(reserved) + ", used " + mib(used);
+  return "pool: reserved " + human_bytes(reserved) + ", used " + human_bytes(used);
 }
 
 [[noreturn]] void throw_allocation_error(cudaError_t error,

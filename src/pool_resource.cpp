@@ -104,13 +104,7 @@ void* pool_resource_base::allocate(cuda::stream_ref stream, std::size_t bytes, s
   if (bytes == 0) { return nullptr; }
   cudaStream_t const s = stream.get();
   if (cache_) { return cache_->allocate(s, bytes); }
-  try {
-    return pool_.allocate_async(bytes, s);
-  } catch (rmm::out_of_memory const&) {
-    // Caches of other resources on this pool may hold what this allocation needs.
-    if (release_caches_of(pool_.handle_or_null(), nullptr) == 0) { throw; }
-  }
-  return pool_.allocate_async(bytes, s);
+  return allocate_giving_caches_back(pool_, bytes, s);  // other resources' caches on this pool
 }
 
 free_result pool_resource_base::deallocate_checked(cuda::stream_ref stream,
@@ -118,13 +112,8 @@ free_result pool_resource_base::deallocate_checked(cuda::stream_ref stream,
                                                    std::size_t bytes) noexcept
 {
   if (ptr == nullptr) { return {}; }
-  free_result result{};
-  if (cache_) {
-    result = cache_->deallocate(stream.get(), ptr, bytes);
-  } else if (auto const status = mem_pool::deallocate_async(ptr, stream.get());
-             status != cudaSuccess) {
-    result = {free_status::driver_refused, status, 0};
-  }
+  free_result const result = cache_ ? cache_->deallocate(stream.get(), ptr, bytes)
+                                    : free_to_pool(ptr, stream.get());
   if (!result.ok()) { refused_frees.fetch_add(1, std::memory_order_relaxed); }
   return result;
 }

@@ -9,6 +9,7 @@
 
 #include "detail/device_sync.hpp"
 #include "detail/driver_api.hpp"
+#include "detail/text.hpp"
 
 #include <asyncmr/detail/blocking.hpp>
 #include <asyncmr/detail/capture_mode.hpp>
@@ -102,26 +103,6 @@ std::optional<cudaMemPool_t> pool_of(void* ptr) noexcept
     return std::nullopt;
   }
   return static_cast<cudaMemPool_t>(pool);
-}
-
-free_result pool_free(void* ptr, cudaStream_t stream) noexcept
-{
-  auto const status = mem_pool::deallocate_async(ptr, stream);
-  return status == cudaSuccess ? free_result{}
-                               : free_result{free_status::driver_refused, status, 0};
-}
-
-std::string human(std::size_t bytes)
-{
-  char text[32];
-  if (bytes >= (std::size_t{1} << 20)) {
-    std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
-  } else if (bytes >= 1024) {
-    std::snprintf(text, sizeof text, "%.1f KiB", static_cast<double>(bytes) / 1024);
-  } else {
-    std::snprintf(text, sizeof text, "%zu B", bytes);
-  }
-  return text;
 }
 
 // ---- the registry of live caches, per pool ---------------------------------------------------
@@ -230,6 +211,25 @@ void request_reclaim(std::weak_ptr<stream_cache> cache) noexcept
   }
 }
 
+free_result free_to_pool(void* ptr, cudaStream_t stream) noexcept
+{
+  auto const status = mem_pool::deallocate_async(ptr, stream);
+  return status == cudaSuccess ? free_result{}
+                               : free_result{free_status::driver_refused, status, 0};
+}
+
+void* allocate_giving_caches_back(mem_pool const& pool, std::size_t bytes, cudaStream_t stream)
+{
+  try {
+    return pool.allocate_async(bytes, stream);
+  } catch (rmm::out_of_memory const&) {
+    // A cache must never be the reason an allocation fails: the caches on this pool may hold
+    // what it needs.
+    if (release_caches_of(pool.handle_or_null(), nullptr) == 0) { throw; }
+  }
+  return pool.allocate_async(bytes, stream);
+}
+
 std::size_t release_caches_of(cudaMemPool_t pool, stream_cache const* except) noexcept
 {
   std::vector<std::shared_ptr<stream_cache>> same;
@@ -318,14 +318,7 @@ void* stream_cache::allocate(cudaStream_t stream, std::size_t bytes)
     return ptr;
   }
   std::size_t const cls = cache_.class_size(bytes);
-  if (cls == 0) {
-    try {
-      return pool_.allocate_async(bytes, stream);
-    } catch (rmm::out_of_memory const&) {
-      if (release_caches_of(pool_.handle_or_null(), nullptr) == 0) { throw; }
-      return pool_.allocate_async(bytes, stream);
-    }
-  }
+  if (cls == 0) { return allocate_giving_caches_back(pool_, bytes, stream); }
   stream_key key{};
   if (!key_of(stream, key)) { return pool_.allocate_async(bytes, stream); }
   if (pool_.closed()) {
@@ -354,13 +347,13 @@ void* stream_cache::allocate(cudaStream_t stream, std::size_t bytes)
       } catch (rmm::out_of_memory const& again) {
         auto const s = cache_.stats();
         throw rmm::out_of_memory{std::string{again.what()} + "; front cache: cached " +
-                                 human(s.cached_bytes) + " after giving " +
+                                 human_bytes(s.cached_bytes) + " after giving " +
                                  std::to_string(given) + " blocks back to the pool"};
       }
       if (ptr == nullptr) {
         auto const s = cache_.stats();
         throw rmm::out_of_memory{std::string{e.what()} + "; front cache: cached " +
-                                 human(s.cached_bytes) + " (nothing to give back)"};
+                                 human_bytes(s.cached_bytes) + " (nothing to give back)"};
       }
     }
   }
@@ -374,7 +367,7 @@ free_result stream_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t
   if (capturing(stream)) {
     // A free node of the graph: the block leaves the cache's hands (if it was recorded) only if
     // the driver takes the free.
-    auto const result = pool_free(ptr, stream);
+    auto const result = free_to_pool(ptr, stream);
     if (result.ok()) { static_cast<void>(cache_.forget(ptr)); }
     return result;
   }
@@ -386,11 +379,11 @@ free_result stream_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t
     case put_status::cached: return {};
     case put_status::refused:
       if (cache_.note_pressure()) { request_reclaim(weak_from_this()); }
-      return pool_free(ptr, stream);
+      return free_to_pool(ptr, stream);
     case put_status::wrong_size: return {free_status::wrong_size, cudaSuccess, put.recorded_bytes};
     case put_status::already_cached:
       return {free_status::already_free, cudaSuccess, put.recorded_bytes};
-    case put_status::graph: return pool_free(ptr, stream);
+    case put_status::graph: return free_to_pool(ptr, stream);
     case put_status::uncacheable:
     case put_status::not_recorded: break;
   }
@@ -398,7 +391,7 @@ free_result stream_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t
     // No key (the stream could not be asked): a recorded block still goes to the pool, and its
     // record with it.
     if (!cache_.forget(ptr)) { return {free_status::already_free, cudaSuccess, put.recorded_bytes}; }
-    return pool_free(ptr, stream);
+    return free_to_pool(ptr, stream);
   }
   // Not a block the cache handed out (an uncacheable size, a block of an uncached sibling, one the
   // record had no room for): the pool's, unless the driver names another pool. Memory that no
@@ -406,7 +399,7 @@ free_result stream_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t
   if (auto const owner = pool_of(ptr); owner && *owner != nullptr && *owner != pool_.handle_or_null()) {
     return {free_status::not_this_resource, cudaSuccess, 0};
   }
-  return pool_free(ptr, stream);
+  return free_to_pool(ptr, stream);
 }
 
 }  // namespace asyncmr::detail

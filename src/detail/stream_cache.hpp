@@ -69,6 +69,18 @@ class stream_cache final : public std::enable_shared_from_this<stream_cache> {
  */
 std::size_t release_caches_of(cudaMemPool_t pool, stream_cache const* except) noexcept;
 
+/**
+ * `pool.allocate_async(bytes, stream)`; when the pool runs out of memory, the caches on it give
+ * their blocks back (`release_caches_of`) and the allocation is tried once more. For every
+ * allocation from a pool that does not go through a cache's own hit-or-miss path.
+ */
+[[nodiscard]] void* allocate_giving_caches_back(mem_pool const& pool,
+                                                std::size_t bytes,
+                                                cudaStream_t stream);
+
+/// `cudaFreeAsync(ptr, stream)` as a `free_result` (a refusal is `driver_refused`).
+[[nodiscard]] free_result free_to_pool(void* ptr, cudaStream_t stream) noexcept;
+
 /// Asks the background reclaimer to run `cache.reclaim_stale()` soon (at most one pending
 /// request per cache). Never throws; a request that cannot be queued is dropped.
 void request_reclaim(std::weak_ptr<stream_cache> cache) noexcept;
