@@ -27,7 +27,7 @@ from asyncmr_bench import targets as targets_mod  # noqa: E402
 from asyncmr_bench.common import (  # noqa: E402
     ADR, AMR, APR, APR_CACHED, APR_NEW, CC_MANAGED, CC_PINNED, CUPY_PINNED, RMM_ASYNC,
     RMM_ASYNC_MANAGED, RMM_MANAGED, RMM_PINNED, RMM_POOL_MANAGED, RMM_POOL_PINNED, floor_of,
-    with_release_gil,
+    median_of, with_release_gil,
 )
 
 #: The committed runs the README quotes.
@@ -45,9 +45,9 @@ def load(variant: str) -> dict:
 
 
 def us(doc: dict, name: str, size: int = 4096) -> float | None:
+    """Section 1's median pair cost of ``name`` at ``size``, us."""
     entry = ((doc["sections"].get("1_pair_cost") or {}).get("results") or {}).get(name) or {}
-    value = (entry.get(str(size)) or {}).get("median_us")
-    return value if isinstance(value, (int, float)) else None
+    return median_of(entry.get(str(size)))
 
 
 def fmt(value, digits: int = 2, unit: str = "") -> str:

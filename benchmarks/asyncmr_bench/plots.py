@@ -270,29 +270,27 @@ def _gbps_rows(results: dict, key: str) -> tuple[list, list]:
     return labels, values
 
 
-def _plot_cupy_pinned(plt, res, meta):
-    results = res.get("results") or {}
-    labels, values = _gbps_rows(results, "GBps")
+def _gbps_plot(plt, res, meta, key, value_fmt, xlabel, title):
+    """One labelled bar per contender and direction, from ``res["results"]``'s GB/s entries."""
+    labels, values = _gbps_rows(res.get("results") or {}, key)
     if not labels:
         return None
     fig, ax = plt.subplots(figsize=(9, 0.4 * len(labels) + 1.6))
-    _hbars(ax, labels, values, "{:.3g} GB/s")
-    ax.set_xlabel("GB/s through CuPy's pinned-memory hook (median)")
+    _hbars(ax, labels, values, value_fmt)
+    ax.set_xlabel(xlabel)
     _legend(ax, plt, (ASYNCMR, OTHER), loc="lower right")
-    fig.suptitle(f"CuPy staging loop -- {_subtitle(meta)}", fontsize=9)
+    fig.suptitle(f"{title} -- {_subtitle(meta)}", fontsize=9)
     return fig
+
+
+def _plot_cupy_pinned(plt, res, meta):
+    return _gbps_plot(plt, res, meta, "GBps", "{:.3g} GB/s",
+                      "GB/s through CuPy's pinned-memory hook (median)", "CuPy staging loop")
 
 
 def _plot_pinned_arrays(plt, res, meta):
-    labels, values = _gbps_rows(res.get("results") or {}, "median_GBps")
-    if not labels:
-        return None
-    fig, ax = plt.subplots(figsize=(9, 0.4 * len(labels) + 1.6))
-    _hbars(ax, labels, values, "{:.4g} GB/s")
-    ax.set_xlabel("copy GB/s (median)")
-    _legend(ax, plt, (ASYNCMR, OTHER), loc="lower right")
-    fig.suptitle(f"Pinned NumPy arrays -- {_subtitle(meta)}", fontsize=9)
-    return fig
+    return _gbps_plot(plt, res, meta, "median_GBps", "{:.4g} GB/s", "copy GB/s (median)",
+                      "Pinned NumPy arrays")
 
 
 def _plot_cudf(plt, res, meta):
