@@ -55,13 +55,16 @@ cdef class _PoolResource(DeviceMemoryResource):
         options.release_threshold = to_bytes("release_threshold", release_threshold)
         cap = _validate.size("cache", cache)
         options.cache = 0 if cap is None else cap
+        options.source = PoolSource.default_pool  # what an adopted pool is reached as
+        adopted = None
         if isinstance(pool, PoolSource):
-            name, adopted = source_name(pool).decode(), None
+            options.source = pool
         elif isinstance(pool, MemPool):
-            name, adopted = None, pool
+            adopted = pool
         else:
             name, adopted = _validate.pool(pool)
-        options.source = POOL_SOURCES[name] if adopted is None else PoolSource.default_pool
+            if adopted is None:
+                options.source = POOL_SOURCES[name]
         self._adopt = NULL
         if adopted is not None:
             if not isinstance(adopted, MemPool):
