@@ -13,6 +13,7 @@
 
 #include <asyncmr/error.hpp>
 
+#include <cstdint>
 #include <mutex>
 #include <string>
 
@@ -26,6 +27,15 @@ void* driver_entry_point(char const* symbol, int version) noexcept
     cudaGetDriverEntryPointByVersion(symbol, &address, version, cudaEnableDefault, &result);
   clear_own_error(status);
   return (status == cudaSuccess && result == cudaDriverEntryPointSuccess) ? address : nullptr;
+}
+
+int pointer_attribute(void* value, int attribute, void const* ptr) noexcept
+{
+  using get_fn    = int (*)(void*, int, unsigned long long);
+  static auto get = reinterpret_cast<get_fn>(driver_entry_point("cuPointerGetAttribute", 4000));
+  if (get == nullptr) { return -1; }
+  auto const address = static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(ptr));
+  return get(value, attribute, address);
 }
 
 namespace {

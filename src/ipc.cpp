@@ -120,17 +120,13 @@ namespace {
 // 0 when it cannot say: the size an importer may use, whatever its peer claims.
 std::size_t mapped_bytes(void* ptr) noexcept
 {
-  using get_fn = int (*)(void*, int, unsigned long long);
-  static auto const get =
-    reinterpret_cast<get_fn>(detail::driver_entry_point("cuPointerGetAttribute", 4000));
-  if (get == nullptr) { return 0; }
-  auto const address         = static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(ptr));
-  unsigned long long start   = 0;
-  std::size_t size           = 0;
-  constexpr int range_start  = 11;
-  constexpr int range_size   = 12;
-  if (get(&start, range_start, address) != 0 || get(&size, range_size, address) != 0 ||
-      start > address) {
+  constexpr int range_start = 11;  // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
+  constexpr int range_size  = 12;  // CU_POINTER_ATTRIBUTE_RANGE_SIZE
+  auto const address = static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(ptr));
+  unsigned long long start = 0;
+  std::size_t size         = 0;
+  if (detail::pointer_attribute(&start, range_start, ptr) != 0 ||
+      detail::pointer_attribute(&size, range_size, ptr) != 0 || start > address) {
     return 0;
   }
   return size - static_cast<std::size_t>(address - start);

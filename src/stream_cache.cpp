@@ -42,7 +42,6 @@ namespace {
 struct driver_queries {
   int (*is_capturing)(cudaStream_t, int*)                      = nullptr;  // cuStreamIsCapturing
   int (*get_id)(cudaStream_t, unsigned long long*)             = nullptr;  // cuStreamGetId
-  int (*pointer_attribute)(void*, int, unsigned long long)     = nullptr;  // cuPointerGetAttribute
 };
 
 driver_queries const& queries() noexcept
@@ -55,7 +54,6 @@ driver_queries const& queries() noexcept
     };
     find("cuStreamIsCapturing", 10000, d.is_capturing);
     find("cuStreamGetId", 12000, d.get_id);
-    find("cuPointerGetAttribute", 4000, d.pointer_attribute);
     return d;
   }();
   return q;
@@ -95,11 +93,8 @@ constexpr int pointer_attribute_mempool_handle = 17;  // CU_POINTER_ATTRIBUTE_ME
 
 std::optional<cudaMemPool_t> pool_of(void* ptr) noexcept
 {
-  auto* const get = queries().pointer_attribute;
-  if (get == nullptr) { return std::nullopt; }
   void* pool = nullptr;
-  if (get(&pool, pointer_attribute_mempool_handle,
-          static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(ptr))) != 0) {
+  if (pointer_attribute(&pool, pointer_attribute_mempool_handle, ptr) != 0) {
     return std::nullopt;
   }
   return static_cast<cudaMemPool_t>(pool);

@@ -19,6 +19,11 @@ namespace asyncmr::detail {
 /// cleared from the runtime's error slot. Cast the result to the function's type.
 [[nodiscard]] void* driver_entry_point(char const* symbol, int version) noexcept;
 
+/// `cuPointerGetAttribute(value, attribute, ptr)` through the driver's entry point (the
+/// CU_POINTER_ATTRIBUTE_* number as an int): the driver's answer, or -1 when this driver has no
+/// such entry point. Makes no CUDA context.
+[[nodiscard]] int pointer_attribute(void* value, int attribute, void const* ptr) noexcept;
+
 /// The default pool of `type` at `where`.
 [[nodiscard]] cudaMemPool_t get_default_pool(location const& where,
                                              allocation_type type,
