@@ -330,7 +330,7 @@ fi
 
 if has probe; then
   run probe-build nvcc -O2 -std=c++17 -o /tmp/pointer_facts ci/probes/pointer_facts.cu -lcuda \
-    && run probe /tmp/pointer_facts
+    && run probe timeout 90 /tmp/pointer_facts
 fi
 
 if has before; then
@@ -345,16 +345,16 @@ if has before; then
          --no-build-isolation --no-deps -q --target /tmp/site-before /tmp/before; then
       # Expected to fail: not counted in the status.
       say "before: the soundness tests on the code before the fix (failures expected)"
-      (cd /tmp/before && PYTHONPATH="/tmp/site-before:$site" timeout 1200 python3 -m pytest \
+      (cd /tmp/before && PYTHONPATH="/tmp/site-before:$site" timeout 300 python3 -m pytest \
          tests/test_cache_soundness.py tests/test_ipc.py -q -rs -p no:cacheprovider \
-         --timeout 150) 2>&1 | tee -a "$log"
+         --timeout 40) 2>&1 | tee -a "$log"
       (cd /tmp/before && PYTHONPATH="$site" cmake -S . -B build/cpp -G Ninja \
          -DASYNCMR_BUILD_PYTHON=OFF -DASYNCMR_BUILD_TESTS=ON -DASYNCMR_TEST_CUDA_ARCHITECTURES=90 \
          -DASYNCMR_GTEST_SOURCE_DIR=/tmp/before/.gtest -DASYNCMR_TEST_NVCC="$(command -v nvcc)" \
          -DPython3_EXECUTABLE="$(command -v python3)" -DCMAKE_BUILD_TYPE=Release \
          "-DCMAKE_PREFIX_PATH=$site/librmm;$site/rapids_logger" >/dev/null \
          && cmake --build build/cpp -j 16 --target asyncmr_tests >/dev/null \
-         && ctest --test-dir build/cpp -R Soundness --output-on-failure) 2>&1 | tee -a "$log"
+         && ctest --test-dir build/cpp -R Soundness --output-on-failure --timeout 60) 2>&1 | tee -a "$log"
       say "before: done (its failures do not fail this run)"
     fi
   fi

@@ -215,14 +215,24 @@ free_result free_to_pool(void* ptr, cudaStream_t stream) noexcept
 
 void* allocate_giving_caches_back(mem_pool const& pool, std::size_t bytes, cudaStream_t stream)
 {
+  std::size_t given = 0;
   try {
     return pool.allocate_async(bytes, stream);
-  } catch (rmm::out_of_memory const&) {
+  } catch (rmm::out_of_memory const& e) {
     // A cache must never be the reason an allocation fails: the caches on this pool may hold
     // what it needs.
-    if (release_caches_of(pool.handle_or_null(), nullptr) == 0) { throw; }
+    given = release_caches_of(pool.handle_or_null(), nullptr);
+    if (given == 0) {
+      throw rmm::out_of_memory{std::string{e.what()} +
+                               "; front caches on this pool: nothing cached to give back"};
+    }
   }
-  return pool.allocate_async(bytes, stream);
+  try {
+    return pool.allocate_async(bytes, stream);
+  } catch (rmm::out_of_memory const& again) {
+    throw rmm::out_of_memory{std::string{again.what()} + "; front caches on this pool: " +
+                             std::to_string(given) + " cached blocks given back, still short"};
+  }
 }
 
 std::size_t release_caches_of(cudaMemPool_t pool, stream_cache const* except) noexcept

@@ -34,6 +34,7 @@ static void describe(const char* what, void* p) {
 }
 
 int main() {
+  setvbuf(stdout, nullptr, _IOLBF, 0);  // each fact reaches the log as it is found
   CK(cuInit(0));
   cudaFree(0);
   int drv = 0; cudaDriverGetVersion(&drv); printf("driver %d\n", drv);
@@ -46,7 +47,7 @@ int main() {
   cudaMemPoolProps mp{}; mp.allocType = (cudaMemAllocationType)2; mp.location = {cudaMemLocationTypeDevice, 0};
   CK(cudaMemPoolCreate(&manpool, &mp));
   printf("pools: dev %p dev2 %p pinned %p managed %p\n", devpool, devpool2, pinpool, manpool);
-  void *d1, *d2, *h1, *m1, *d3, *small;
+  void *d1, *d2, *h1, *m1, *d3;
   CK(cudaMallocFromPoolAsync(&d1, 1 << 20, devpool, s));
   CK(cudaMallocFromPoolAsync(&d3, 64 << 10, devpool, s));
   CK(cudaMallocFromPoolAsync(&d2, 64 << 10, devpool2, s));
