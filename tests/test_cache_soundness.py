@@ -301,3 +301,60 @@ def test_an_allocation_the_pool_cannot_serve_gets_the_cached_memory_back(gpu):
         mr.allocate(128 * MiB, b)  # cannot fit whatever the cache does
     assert mr.attributes.reserved_mem_current <= 64 * MiB
     sync()
+
+
+# ---- 13. giving cached blocks back never breaks another thread's capture -------------------------------
+
+@pytest.mark.parametrize("mode", ["thread_local", "global"])
+@pytest.mark.parametrize("action", ["release_cache", "trim_to", "drop"])
+def test_giving_the_cache_back_leaves_another_threads_capture_valid(gpu, mode, action):
+    # A device-wide synchronization refuses while any stream of the device captures, and
+    # invalidates that capture whatever the modes; the cache must give its blocks back without one.
+    cupy = require_module("cupy")
+    modes = {"thread_local": cupy.cuda.runtime.streamCaptureModeThreadLocal,
+             "global": cupy.cuda.runtime.streamCaptureModeGlobal}
+    mr = make("device")
+    own = Stream()
+    blocks = [mr.allocate(4 * KiB, own) for _ in range(8)]
+    for p in blocks:
+        mr.deallocate(p, 4 * KiB, own)
+    own.synchronize()
+    assert mr.cache_info["blocks"] == 8
+    buf = cupy.zeros(1024, dtype=cupy.uint32)
+    cs = cupy.cuda.Stream(non_blocking=True)
+    capturing, released = threading.Event(), threading.Event()
+    outcome = {}
+
+    def capture():
+        try:
+            with cs:
+                cs.begin_capture(modes[mode])
+                buf.fill(1)
+                capturing.set()
+                released.wait(30)
+                buf.fill(2)
+                outcome["graph"] = cs.end_capture()
+        except Exception as e:  # the capture was invalidated
+            outcome["error"] = repr(e)
+            capturing.set()
+
+    t = threading.Thread(target=capture)
+    t.start()
+    assert capturing.wait(30)
+    try:
+        if action == "release_cache":
+            mr.release_cache()
+        elif action == "trim_to":
+            mr.trim_to(0)
+        else:
+            del mr
+    finally:
+        released.set()
+        t.join(60)
+    assert "error" not in outcome, f"{action} broke the other thread's capture: {outcome['error']}"
+    if action != "drop":
+        info = mr.cache_info
+        assert info["blocks"] == 0 and info["parked_blocks"] == 0, f"nothing went back: {info}"
+    outcome["graph"].launch(cs)
+    cs.synchronize()
+    assert int(buf[0]) == 2

@@ -21,7 +21,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <atomic>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -127,6 +130,83 @@ TEST_F(SoundnessTest, ReleasingTheCacheSurvivesHostAllocationFailure)
 {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(release_without_host_memory(stream()), ::testing::ExitedWithCode(0), "");
+}
+
+// ---- a release never breaks a capture on another thread ------------------------------------------
+
+// A device-wide synchronization refuses while any stream of the device captures, and invalidates
+// that capture, whatever the modes. So giving cached blocks back, or dropping a cached
+// resource, while another thread captures unrelated work must leave that capture valid.
+enum class release_action { release_cache, drop };
+
+void release_during_capture(cudaStreamCaptureMode mode, release_action action)
+{
+  auto mr = std::make_unique<async_device_memory_resource>(
+    device_resource_options{.source = pool_source::new_pool, .cache = cache_cap});
+  cudaStream_t own = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking), cudaSuccess);
+  cuda::stream_ref const s{own};
+  std::vector<void*> blocks;
+  for (int i = 0; i < 8; ++i) { blocks.push_back(mr->allocate(s, 4096)); }
+  for (void* p : blocks) { mr->deallocate(s, p, 4096); }
+  ASSERT_EQ(cudaStreamSynchronize(own), cudaSuccess);
+  ASSERT_EQ(mr->cache_stats()->cached_blocks, 8U);
+
+  device_scratch scratch{4096};
+  cudaStream_t captured = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&captured, cudaStreamNonBlocking), cudaSuccess);
+  std::atomic<int> phase{0};  // 1: capturing, 2: released
+  cudaError_t begin = cudaSuccess, end = cudaSuccess;
+  cudaGraph_t graph = nullptr;
+  std::thread capturer{[&] {
+    begin = cudaStreamBeginCapture(captured, mode);
+    static_cast<void>(cudaMemsetAsync(scratch.get(), 1, 4096, captured));
+    phase = 1;
+    while (phase.load() != 2) { std::this_thread::yield(); }
+    static_cast<void>(cudaMemsetAsync(scratch.get(), 2, 4096, captured));
+    end = cudaStreamEndCapture(captured, &graph);
+  }};
+  while (phase.load() != 1) { std::this_thread::yield(); }
+  bool threw = false;
+  try {
+    if (action == release_action::release_cache) {
+      mr->release_cache();
+    } else {
+      mr.reset();
+    }
+  } catch (std::exception const&) {
+    threw = true;
+  }
+  phase = 2;
+  capturer.join();
+  ASSERT_EQ(begin, cudaSuccess);
+  EXPECT_EQ(end, cudaSuccess) << "the other thread's capture was broken: " << cudaGetErrorName(end);
+  EXPECT_FALSE(threw) << "the release refused while another thread captured";
+  if (mr) {
+    EXPECT_EQ(mr->cache_stats()->cached_blocks + mr->cache_stats()->parked_blocks, 0U)
+      << "the blocks did not go back";
+  }
+  if (graph != nullptr) { EXPECT_EQ(instantiate_and_run(graph, captured), cudaSuccess); }
+  static_cast<void>(cudaGetLastError());
+  EXPECT_EQ(cudaStreamSynchronize(own), cudaSuccess);
+  mr.reset();
+  EXPECT_EQ(cudaStreamDestroy(captured), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(own), cudaSuccess);
+}
+
+TEST_F(SoundnessTest, ReleasingTheCacheLeavesAThreadLocalCaptureValid)
+{
+  release_during_capture(cudaStreamCaptureModeThreadLocal, release_action::release_cache);
+}
+
+TEST_F(SoundnessTest, ReleasingTheCacheLeavesAGlobalCaptureValid)
+{
+  release_during_capture(cudaStreamCaptureModeGlobal, release_action::release_cache);
+}
+
+TEST_F(SoundnessTest, DroppingACachedResourceLeavesACaptureValid)
+{
+  release_during_capture(cudaStreamCaptureModeThreadLocal, release_action::drop);
 }
 
 // ---- IPC: an imported allocation keeps its imported pool alive -----------------------------------
