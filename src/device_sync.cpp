@@ -2,15 +2,14 @@
  * SPDX-License-Identifier: Apache-2.0
  */
 
-// Device-wide waits, asked of the driver through its entry points so that a device this
-// process never used keeps having no context (cudaSetDevice initializes one, and every
-// Dask-CUDA worker sees every GPU), and the blocking hooks every wait goes through.
+// A used device's context made current, asked of the driver through its entry points so that a
+// device this process never used keeps having no context (cudaSetDevice initializes one, and
+// every Dask-CUDA worker sees every GPU), and the blocking hooks every wait goes through.
 
 #include "detail/device_sync.hpp"
 #include "detail/driver_api.hpp"
 
 #include <asyncmr/detail/blocking.hpp>
-#include <asyncmr/detail/capture_mode.hpp>
 #include <asyncmr/error.hpp>
 
 #include <cuda_runtime_api.h>
@@ -61,11 +60,10 @@ struct context_functions {
   int (*push)(context_t)                             = nullptr;  // cuCtxPushCurrent_v2
   int (*pop)(context_t*)                             = nullptr;  // cuCtxPopCurrent_v2
   int (*get_current)(context_t*)                     = nullptr;  // cuCtxGetCurrent
-  int (*synchronize)()                               = nullptr;  // cuCtxSynchronize
   [[nodiscard]] bool complete() const noexcept
   {
     return device_get && primary_state && primary_retain && primary_release && push && pop &&
-           get_current && synchronize;
+           get_current;
   }
 };
 
@@ -84,7 +82,6 @@ context_functions const& driver() noexcept
     find("cuCtxPushCurrent", f.push);
     find("cuCtxPopCurrent", f.pop);
     find("cuCtxGetCurrent", f.get_current);
-    find("cuCtxSynchronize", f.synchronize);
     return f;
   }();
   return fns;
@@ -107,37 +104,6 @@ bool primary_active(context_functions const& f, int ordinal, int& device) noexce
 }
 
 }  // namespace
-
-cudaError_t synchronize_active_devices() noexcept
-{
-  auto const& f = driver();
-  if (!f.complete()) { return cudaErrorNotSupported; }
-  relaxed_capture_guard guard;
-  blocking_region wait;
-  int first_error = 0;
-  auto note       = [&](int status) {
-    if (first_error == 0) { first_error = status; }
-  };
-  int const count = visible_devices();
-  for (int ordinal = 0; ordinal < count; ++ordinal) {
-    int device = 0;
-    if (!primary_active(f, ordinal, device)) { continue; }
-    context_t ctx = nullptr;
-    if (int const r = f.primary_retain(&ctx, device); r != 0) {  // active: creates nothing
-      note(r);
-      continue;
-    }
-    if (int const r = f.push(ctx); r == 0) {
-      note(f.synchronize());
-      context_t popped = nullptr;
-      f.pop(&popped);
-    } else {
-      note(r);
-    }
-    f.primary_release(device);
-  }
-  return static_cast<cudaError_t>(first_error);
-}
 
 active_context_scope::active_context_scope(std::optional<int> device) noexcept
 {

@@ -96,8 +96,11 @@ std::size_t largest_class_at_most(std::size_t bytes) noexcept
 
 // ---- construction ---------------------------------------------------------------------------
 
-front_cache::front_cache(std::size_t cap_bytes, std::size_t max_block_bytes, std::size_t record_slots)
-  : cap_{cap_bytes}, id_{next_cache_id.fetch_add(1, std::memory_order_relaxed)}
+front_cache::front_cache(std::size_t cap_bytes,
+                         std::size_t max_block_bytes,
+                         std::size_t record_slots,
+                         stream_markers markers)
+  : cap_{cap_bytes}, id_{next_cache_id.fetch_add(1, std::memory_order_relaxed)}, markers_{markers}
 {
   if (cap_bytes == 0) {
     throw std::invalid_argument{
@@ -129,7 +132,13 @@ front_cache::front_cache(std::size_t cap_bytes, std::size_t max_block_bytes, std
   slot_mask_ = n - 1;
 }
 
-front_cache::~front_cache() = default;
+front_cache::~front_cache()
+{
+  if (markers_.destroy == nullptr) { return; }
+  for (auto const& b : buckets_) {
+    if (b->marker != nullptr) { markers_.destroy(markers_.context, b->marker); }
+  }
+}
 
 // ---- lookup ---------------------------------------------------------------------------------
 
@@ -312,7 +321,7 @@ void* front_cache::take(stream_key stream, std::size_t bytes) noexcept
   return address_in(v);
 }
 
-put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes) noexcept
+put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes, void* handle) noexcept
 {
   if (ptr == nullptr || bytes == 0 || bytes > max_block_) {
     if (ptr != nullptr) {
@@ -360,8 +369,8 @@ put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes) noe
     b->lock.unlock();
     return {put_status::wrong_size, rec};
   }
-  auto const refuse = [&]() noexcept -> put_result {
-    ++b->refused_cap;
+  auto const refuse = [&](std::uint64_t bucket::*counter) noexcept -> put_result {
+    ++(b->*counter);
     b->lock.unlock();
     refused_since_hint_.fetch_add(1, std::memory_order_relaxed);
     // Back to the pool: the record forgets it first. A concurrent second free that cached it
@@ -377,18 +386,22 @@ put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes) noe
     // Idle credit of other buckets is looked for once every few refusals, not on each (a scan
     // of every bucket). Never wait for the registry while holding a bucket.
     if (refusals_.fetch_add(1, std::memory_order_relaxed) % pressure_window != 0) {
-      return refuse();
+      return refuse(&bucket::refused_cap);
     }
     b->lock.unlock();
     reclaim_idle_credit(b);
     b = lock_bucket<bucket>(id_, stream, find_);
     if (b == nullptr) { return {forget(ptr) ? put_status::refused : put_status::already_cached, rec}; }
-    if (b->credit < c && !reserve(*b, c)) { return refuse(); }
+    if (b->credit < c && !reserve(*b, c)) { return refuse(&bucket::refused_cap); }
+  }
+  // The stream's order, captured before the block can be seen (see "Markers").
+  if (markers_.mark != nullptr && !markers_.mark(markers_.context, b->marker, handle)) {
+    return refuse(&bucket::refused_unmarked);
   }
   try {
     b->free[idx].push_back(slot);
   } catch (...) {
-    return refuse();  // no host memory for the list: as good as full
+    return refuse(&bucket::refused_cap);  // no host memory for the list: as good as full
   }
   std::uint64_t expected = v;
   if (!slot->compare_exchange_strong(expected, v | cached_bit, std::memory_order_acq_rel)) {

@@ -19,6 +19,9 @@ std::size_t front_cache::park(bucket& b) noexcept
   // Caller holds b.lock.
   std::size_t const moved = b.blocks;
   if (moved == 0) { return 0; }
+  // The owner's later frees wait for this bucket's stream first (see "Markers"); if they cannot,
+  // the blocks stay cached, which is always safe.
+  if (markers_.order != nullptr && !markers_.order(markers_.context, b.marker)) { return 0; }
   if (b.parked_blocks == 0) {
     b.free.swap(b.parked);  // no allocation: the lists trade their buffers
     b.parked_bytes  = b.cached;
@@ -91,9 +94,9 @@ std::size_t front_cache::detach_stale() noexcept
 
 std::uint64_t front_cache::begin_proof() noexcept
 {
-  // Blocks parked with parked_proof <= the value returned were parked before this increment in
-  // the single order of sequentially consistent operations; a synchronization the caller
-  // starts afterwards waits for all the work their streams had queued before their free.
+  // Blocks parked with parked_proof <= the value returned were parked (their release ordered
+  // after their streams' markers) before this increment, in the single order of sequentially
+  // consistent operations.
   return proof_.fetch_add(1, std::memory_order_seq_cst);
 }
 
@@ -199,6 +202,7 @@ front_cache_stats front_cache::stats() const noexcept
     s.refused_not_recorded += b->refused_not_recorded;
     s.refused_wrong_size += b->refused_wrong_size;
     s.refused_double_free += b->refused_double_free;
+    s.refused_unmarked += b->refused_unmarked;
     s.cached_bytes += b->cached;
     s.cached_blocks += b->blocks;
     s.parked_bytes += b->parked_bytes;

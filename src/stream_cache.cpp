@@ -42,6 +42,7 @@ namespace {
 struct driver_queries {
   int (*is_capturing)(cudaStream_t, int*)                      = nullptr;  // cuStreamIsCapturing
   int (*get_id)(cudaStream_t, unsigned long long*)             = nullptr;  // cuStreamGetId
+  int (*record)(cudaEvent_t, cudaStream_t)                     = nullptr;  // cuEventRecord
 };
 
 driver_queries const& queries() noexcept
@@ -54,6 +55,7 @@ driver_queries const& queries() noexcept
     };
     find("cuStreamIsCapturing", 10000, d.is_capturing);
     find("cuStreamGetId", 12000, d.get_id);
+    find("cuEventRecord", 2000, d.record);
     return d;
   }();
   return q;
@@ -100,6 +102,78 @@ std::optional<cudaMemPool_t> pool_of(void* ptr) noexcept
   return static_cast<cudaMemPool_t>(pool);
 }
 
+// ---- the markers: a CUDA event per stream, and the release stream's wait for it ----------------
+//
+// A put records its bucket's event on the block's stream (the stream is alive: the caller is
+// freeing on it); parking the bucket makes the cache's release stream wait for that event; the
+// parked blocks are then freed on the release stream. All three are stream-ordered calls on
+// streams nobody captures, so a release is correct while its blocks' streams are gone, and
+// leaves every capture on the device valid (a device-wide synchronization would invalidate
+// them: measured on the H200, docs/DRIVER_FACTS.md).
+
+// An event in the context of `stream`'s device (a bucket may be reused for a stream of another
+// device than the one that made its event), or nullptr.
+cudaEvent_t make_marker(cudaStream_t stream) noexcept
+{
+  int device = -1;
+  int current = -1;
+  bool const switch_device = cudaStreamGetDevice(stream, &device) == cudaSuccess &&
+                             cudaGetDevice(&current) == cudaSuccess && device != current;
+  clear_own_error(cudaGetLastError());
+  if (switch_device && cudaSetDevice(device) != cudaSuccess) {
+    clear_own_error(cudaGetLastError());
+    return nullptr;
+  }
+  cudaEvent_t event = nullptr;
+  auto const status = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+  clear_own_error(status);
+  if (switch_device) { clear_own_error(cudaSetDevice(current)); }
+  return status == cudaSuccess ? event : nullptr;
+}
+
+// cudaEventRecord, asked of the driver first (as the stream queries above, for the same reason:
+// this is on every free into the cache).
+cudaError_t record_event(cudaEvent_t event, cudaStream_t stream) noexcept
+{
+  if (auto* const record = queries().record; record != nullptr && record(event, stream) == 0) {
+    return cudaSuccess;
+  }
+  return cudaEventRecord(event, stream);
+}
+
+bool mark_stream(void*, void*& marker, void* stream) noexcept
+{
+  auto const s = static_cast<cudaStream_t>(stream);
+  if (marker != nullptr) {
+    auto const status = record_event(static_cast<cudaEvent_t>(marker), s);
+    if (status == cudaSuccess) { return true; }
+    clear_own_error(status);
+    // An event of another device's context: remade below for this stream's.
+    clear_own_error(cudaEventDestroy(static_cast<cudaEvent_t>(marker)));
+    marker = nullptr;
+  }
+  cudaEvent_t const fresh = make_marker(s);
+  if (fresh == nullptr) { return false; }
+  marker            = fresh;
+  auto const status = record_event(fresh, s);
+  clear_own_error(status);
+  return status == cudaSuccess;
+}
+
+bool order_release(void* release_stream, void* marker) noexcept
+{
+  if (marker == nullptr) { return false; }
+  auto const status = cudaStreamWaitEvent(*static_cast<cudaStream_t*>(release_stream),
+                                          static_cast<cudaEvent_t>(marker), 0);
+  clear_own_error(status);
+  return status == cudaSuccess;
+}
+
+void destroy_marker(void*, void* marker) noexcept
+{
+  clear_own_error(cudaEventDestroy(static_cast<cudaEvent_t>(marker)));
+}
+
 // ---- the registry of live caches, per pool ---------------------------------------------------
 
 struct cache_registry {
@@ -131,9 +205,9 @@ void register_cache(std::shared_ptr<stream_cache> const& cache)
 //
 // One thread for the process, started the first time a cache asks, that reclaims the blocks of
 // streams idle for a whole epoch (front_cache::detach_stale): their streams may be gone, so the
-// blocks can go back to the pool only after a device synchronization, and the thread that
-// noticed the pressure (inside a free) should not wait for one. It holds no lock of a cache
-// while it waits. Its state is never destroyed, and at exit it stops taking work.
+// blocks go back in the release stream's order, and the thread that noticed the pressure
+// (inside a free) should not scan every bucket. Its state is never destroyed, and at exit it
+// stops taking work.
 
 struct reclaimer_state {
   std::mutex mutex;
@@ -174,8 +248,8 @@ void reclaimer_loop() noexcept
 
 void stop_reclaimer() noexcept
 {
-  // At exit: let a reclaim in progress finish (a synchronization of idle devices, or one that
-  // waits for work that will not end: then give up after a while) before the runtime goes.
+  // At exit: let a reclaim in progress finish (it waits for nothing, but the runtime may be
+  // slow to answer while it shuts down: then give up after a while) before the runtime goes.
   auto& s = reclaimer();
   std::unique_lock lock{s.mutex};
   s.exiting = true;
@@ -268,47 +342,59 @@ std::shared_ptr<stream_cache> stream_cache::make(mem_pool pool,
 }
 
 stream_cache::stream_cache(mem_pool pool, std::size_t cap, std::optional<int> device)
-  : pool_{std::move(pool)}, cache_{cap}, device_{device}
+  : pool_{std::move(pool)},
+    cache_{cap, 0, 0, stream_markers{&release_stream_, &mark_stream, &order_release, &destroy_marker}},
+    device_{device}
 {
+  relaxed_capture_guard guard;
+  active_context_scope context{device_};
+  ASYNCMR_CUDA_TRY(cudaStreamCreateWithFlags(&release_stream_, cudaStreamNonBlocking));
 }
 
 stream_cache::~stream_cache()
 {
-  if (cache_.held_blocks() == 0) { return; }
-  // A failed synchronization (at process exit the driver may be gone) frees nothing unproven:
-  // the blocks stay allocated in the pool (an owned pool is parked, not destroyed, while they
-  // do). Nothing is logged: RMM's logger may already be gone.
-  static_cast<void>(release());
+  // Nothing here waits: the frees are queued on the release stream, behind the streams that used
+  // the blocks, and a destroyed stream's queued work still runs (as does an owned pool's: it is
+  // parked, not destroyed, while blocks are out). A failure (at process exit the driver may be
+  // gone) frees nothing: the blocks stay allocated. Nothing is logged: RMM's logger may already
+  // be gone.
+  relaxed_capture_guard guard;
+  if (cache_.held_blocks() != 0) {
+    static_cast<void>(cache_.detach_all());
+    static_cast<void>(free_in_release_order(false));
+  }
+  clear_own_error(cudaStreamDestroy(release_stream_));
 }
 
-cudaError_t stream_cache::free_parked_after_synchronizing(bool wait_for_frees) noexcept
+cudaError_t stream_cache::free_in_release_order(bool wait_for_frees) noexcept
 {
-  std::uint64_t const proven = cache_.begin_proof();
-  if (auto const status = synchronize_active_devices(); status != cudaSuccess) { return status; }
+  // Callers hold a relaxed_capture_guard: none of this may refuse because of a capture
+  // elsewhere (a stream-ordered wait, free and synchronization, none on a capturing stream).
   active_context_scope context{device_};
-  std::size_t const freed = cache_.free_parked(proven, [](stream_key, void* p, std::size_t) noexcept {
-    clear_own_error(cudaFreeAsync(p, cudaStreamPerThread));
+  std::uint64_t const proven = cache_.begin_proof();
+  std::size_t const freed    = cache_.free_parked(proven, [this](stream_key, void* p, std::size_t) noexcept {
+    clear_own_error(cudaFreeAsync(p, release_stream_));
   });
-  if (freed != 0 && wait_for_frees) {
-    // So that a trim right after sees the memory as unused.
-    blocking_region wait;
-    relaxed_capture_guard guard;
-    clear_own_error(cudaStreamSynchronize(cudaStreamPerThread));
-  }
-  return cudaSuccess;
+  if (freed == 0 || !wait_for_frees) { return cudaSuccess; }
+  // So that the memory is the pool's again when this returns (a trim or an allocation right
+  // after sees it unused): waits for the work the blocks' streams had queued before their frees.
+  blocking_region wait;
+  return cudaStreamSynchronize(release_stream_);
 }
 
 cudaError_t stream_cache::release() noexcept
 {
+  relaxed_capture_guard guard;
   static_cast<void>(cache_.detach_all());
   if (cache_.stats().parked_blocks == 0) { return cudaSuccess; }
-  return free_parked_after_synchronizing(true);
+  return free_in_release_order(true);
 }
 
 void stream_cache::reclaim_stale() noexcept
 {
+  relaxed_capture_guard guard;
   if (cache_.detach_stale() == 0) { return; }
-  static_cast<void>(free_parked_after_synchronizing(false));
+  static_cast<void>(free_in_release_order(false));
 }
 
 void* stream_cache::allocate(cudaStream_t stream, std::size_t bytes)
@@ -335,7 +421,7 @@ void* stream_cache::allocate(cudaStream_t stream, std::size_t bytes)
     ptr = pool_.allocate_async(cls, stream);
   } catch (rmm::out_of_memory const& e) {
     // A cache must never be the reason an allocation fails: this stream's blocks go back in its
-    // own order (no wait), then every cache on the pool after a synchronization.
+    // own order (no wait), then every cache on the pool (release: the release streams).
     std::size_t given = cache_.drain_stream(key, [stream](stream_key, void* p, std::size_t) noexcept {
       clear_own_error(cudaFreeAsync(p, stream));
     });
@@ -378,7 +464,7 @@ free_result stream_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t
   }
   stream_key key{};
   put_result const put = key_of(stream, key)
-                           ? cache_.put(key, ptr, bytes)
+                           ? cache_.put(key, ptr, bytes, stream)
                            : put_result{put_status::not_recorded, cache_.recorded_bytes(ptr)};
   switch (put.status) {
     case put_status::cached: return {};

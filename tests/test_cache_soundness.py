@@ -80,7 +80,7 @@ def test_blocks_of_destroyed_streams_do_not_starve_a_live_stream(gpu):
         del s  # destroyed with two blocks cached for it
     live = Stream()
     # The refused frees ask the background reclaimer for the dead streams' blocks; it gives them
-    # back after a device synchronization, so hits resume within a moment, not at once.
+    # back in its release stream's order, so hits resume within a moment, not at once.
     deadline = time.monotonic() + 10
     while mr.cache_info["reclaims"] == 0 or mr.cache_info["bytes"] >= mr.cache_info["cap"] - 8 * KiB:
         p = mr.allocate(4 * KiB, live)

@@ -107,22 +107,59 @@ int main() {
   t = clk::now(); for (int i = 0; i < 2000; ++i) cudaDeviceSynchronize(); printf("cudaDeviceSynchronize (idle) %.1f ns\n", ns_since(t, 2000));
   t = clk::now(); for (int i = 0; i < N; ++i) { void* q; cudaMallocFromPoolAsync(&q, 4096, devpool, s); cudaFreeAsync(q, s); } printf("device pool pair 4 KiB %.1f ns\n", ns_since(t, N));
   CK(cudaStreamSynchronize(s));
-  // device sync vs work submitted while it waits
-  std::atomic<int> gate{0};
-  cudaStream_t u, k; CK(cudaStreamCreateWithFlags(&u, cudaStreamNonBlocking)); CK(cudaStreamCreateWithFlags(&k, cudaStreamNonBlocking));
-  CK(cudaLaunchHostFunc(u, [](void* g) { while (((std::atomic<int>*)g)->load() == 0) { std::this_thread::sleep_for(std::chrono::milliseconds(1)); } }, &gate));
-  clk::time_point sync_done, kernel_done, start = clk::now();
-  std::thread syncer([&] { cudaSetDevice(0); cudaDeviceSynchronize(); sync_done = clk::now(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  spin<<<1, 1, 0, k>>>(1980LL * 1000 * 1000);  // about 1 s
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  gate = 1;
-  CK(cudaStreamSynchronize(k)); kernel_done = clk::now();
-  syncer.join();
-  printf("device sync during later work: sync returned at %.0f ms, the later kernel ended at %.0f ms (%s)\n",
-         std::chrono::duration<double, std::milli>(sync_done - start).count(),
-         std::chrono::duration<double, std::milli>(kernel_done - start).count(),
-         sync_done < kernel_done ? "snapshot: later work not waited for" : "waits for later work");
+  // A device-wide synchronization while another thread captures (thread-local mode), from a
+  // thread in relaxed mode: does it refuse, and is the other capture still valid?
+  auto capture_beside = [&](const char* what, auto&& action) {
+    cudaStream_t c; CK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
+    std::atomic<int> phase{0};
+    cudaError_t end = cudaSuccess; cudaGraph_t gr = nullptr;
+    std::thread capturer([&] {
+      cudaStreamBeginCapture(c, cudaStreamCaptureModeThreadLocal);
+      cudaMemsetAsync(d1, 1, 4096, c);
+      phase = 1;
+      while (phase.load() != 2) std::this_thread::yield();
+      cudaMemsetAsync(d1, 2, 4096, c);
+      end = cudaStreamEndCapture(c, &gr);
+    });
+    while (phase.load() != 1) std::this_thread::yield();
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    cudaError_t r = action();
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    phase = 2;
+    capturer.join();
+    printf("%s while another thread captures: %s; that capture ended %s\n", what, cudaGetErrorName(r), cudaGetErrorName(end));
+    cudaGetLastError();
+    if (gr) cudaGraphDestroy(gr);
+    cudaStreamDestroy(c);
+  };
+  capture_beside("cudaDeviceSynchronize (relaxed)", [] { return cudaDeviceSynchronize(); });
+  cudaStream_t rel; CK(cudaStreamCreateWithFlags(&rel, cudaStreamNonBlocking));
+  cudaEvent_t mark; CK(cudaEventCreateWithFlags(&mark, cudaEventDisableTiming));
+  capture_beside("event record + release-stream wait + free + stream sync (relaxed)", [&] {
+    void* q = nullptr;
+    cudaError_t r = cudaMallocFromPoolAsync(&q, 4096, devpool, s);
+    if (r == cudaSuccess) r = cudaEventRecord(mark, s);
+    if (r == cudaSuccess) r = cudaStreamWaitEvent(rel, mark, 0);
+    if (r == cudaSuccess) r = cudaFreeAsync(q, rel);
+    if (r == cudaSuccess) r = cudaStreamSynchronize(rel);
+    return r;
+  });
+  // An event recorded on a stream that is then destroyed with work queued: does a wait on it
+  // still wait for that work?
+  {
+    cudaStream_t dying; CK(cudaStreamCreateWithFlags(&dying, cudaStreamNonBlocking));
+    auto t0 = clk::now();
+    spin<<<1, 1, 0, dying>>>(1980LL * 1000 * 300);  // about 0.3 s at full clock
+    CK(cudaEventRecord(mark, dying));
+    CK(cudaStreamDestroy(dying));
+    CK(cudaStreamWaitEvent(rel, mark, 0));
+    CK(cudaStreamSynchronize(rel));
+    double ms = std::chrono::duration<double, std::milli>(clk::now() - t0).count();
+    printf("wait on a destroyed stream's event: returned after %.0f ms (%s)\n", ms, ms > 100 ? "waited for its work" : "did NOT wait");
+  }
+  t = clk::now(); for (int i = 0; i < N; ++i) cudaEventRecord(mark, s); printf("cudaEventRecord (DisableTiming) %.1f ns\n", ns_since(t, N));
+  CK(cudaStreamSynchronize(s));
   printf("probe done\n");
   return 0;
 }

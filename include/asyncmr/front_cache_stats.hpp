@@ -20,12 +20,13 @@ struct front_cache_stats {
   std::uint64_t refused_not_recorded{};  ///< frees of blocks the cache did not hand out
   std::uint64_t refused_wrong_size{};    ///< frees naming another size class than the record
   std::uint64_t refused_double_free{};   ///< frees of a block that is already cached
+  std::uint64_t refused_unmarked{};  ///< frees whose stream could not be marked (freed to the pool)
   std::uint64_t untracked{};  ///< blocks handed out that the record had no room for (never cached)
   std::uint64_t reclaims{};   ///< reclaims of idle streams' blocks that found some
   std::uint64_t reclaimed_blocks{};  ///< blocks those reclaims took back
   std::size_t cached_bytes{};        ///< bytes of cached blocks now (class sizes)
   std::size_t cached_blocks{};       ///< number of cached blocks now
-  std::size_t parked_bytes{};        ///< bytes of blocks taken out, waiting for a synchronization
+  std::size_t parked_bytes{};        ///< bytes of blocks taken out, their frees not yet made
   std::size_t parked_blocks{};       ///< number of such blocks
   std::size_t recorded_blocks{};     ///< blocks the ownership record holds (handed out, cached, parked)
   /// Bytes charged against the cap now: cached and parked bytes plus the streams' credit.

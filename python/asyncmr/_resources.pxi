@@ -204,10 +204,10 @@ cdef class _PoolResource(DeviceMemoryResource):
         """The front cache's state, or None without one.
 
         ``cap`` (bytes); ``bytes`` and ``blocks`` cached now; ``parked_bytes`` and
-        ``parked_blocks`` taken out and waiting for a device synchronization before they go back
-        to the pool; ``hits``, ``misses``; frees turned away: ``refused_cap`` (freed to the
+        ``parked_blocks`` taken out, their frees not yet made (a release in progress); ``hits``, ``misses``; frees turned away: ``refused_cap`` (freed to the
         pool), ``refused_uncacheable``, ``refused_not_recorded`` (blocks the cache did not hand
-        out), ``refused_wrong_size``, ``refused_double_free``; ``untracked`` (blocks handed out
+        out), ``refused_wrong_size``, ``refused_double_free``, ``refused_unmarked`` (frees whose stream's
+        event could not be recorded: freed to the pool); ``untracked`` (blocks handed out
         that the ownership record had no room for: never cached); ``recorded_blocks``;
         ``reclaims`` and ``reclaimed_blocks`` (blocks of idle or destroyed streams taken back);
         ``charged_high`` (peak of cached bytes plus reserved credit, an upper bound of the
@@ -226,7 +226,8 @@ cdef class _PoolResource(DeviceMemoryResource):
                 "refused_cap": v.refused_cap, "refused_uncacheable": v.refused_uncacheable,
                 "refused_not_recorded": v.refused_not_recorded,
                 "refused_wrong_size": v.refused_wrong_size,
-                "refused_double_free": v.refused_double_free, "untracked": v.untracked,
+                "refused_double_free": v.refused_double_free,
+                "refused_unmarked": v.refused_unmarked, "untracked": v.untracked,
                 "recorded_blocks": v.recorded_blocks, "reclaims": v.reclaims,
                 "reclaimed_blocks": v.reclaimed_blocks, "charged_high": v.charged_high,
                 "streams": v.streams}

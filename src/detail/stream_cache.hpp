@@ -6,8 +6,8 @@
 // Private to src/: the front cache bound to CUDA streams and to one pool. The pure mechanism
 // and its rules are include/asyncmr/detail/front_cache.hpp; this adds what needs CUDA: stream
 // keys and capture status asked of the driver, the pool behind every miss, the driver's word on
-// pointers the cache did not hand out, device synchronizations before parked blocks go back,
-// the background reclaim of idle streams' blocks, and giving cached memory back when the pool
+// pointers the cache did not hand out, the markers (an event per stream) and the release stream
+// that parked blocks go back on, the background reclaim of idle streams' blocks, and giving cached memory back when the pool
 // runs out.
 
 #include <asyncmr/detail/front_cache.hpp>
@@ -31,7 +31,7 @@ class stream_cache final : public std::enable_shared_from_this<stream_cache> {
                                                           std::size_t cap,
                                                           std::optional<int> device);
   stream_cache(mem_pool pool, std::size_t cap, std::optional<int> device);
-  /// Frees every cached block after a device synchronization (in a blocking region).
+  /// Queues the frees of every cached block on the release stream (waits for nothing).
   ~stream_cache();
   stream_cache(stream_cache const&)            = delete;
   stream_cache& operator=(stream_cache const&) = delete;
@@ -42,12 +42,12 @@ class stream_cache final : public std::enable_shared_from_this<stream_cache> {
   /// Caches a block the cache handed out, frees anything else of this pool to the pool, and
   /// refuses what is not this pool's or names the wrong size. Never throws.
   [[nodiscard]] free_result deallocate(cudaStream_t stream, void* ptr, std::size_t bytes) noexcept;
-  /// Parks every cached block, synchronizes the active devices, frees what the synchronization
-  /// proved unused. A failed synchronization's error comes back, and the parked blocks stay
-  /// (never freed unproven). Never throws.
+  /// Parks every cached block (the release stream waiting for each one's stream), frees them on
+  /// the release stream and waits for it (in a blocking region): the memory is the pool's when
+  /// it returns. Safe while any other stream captures. The wait's error comes back. Never throws.
   cudaError_t release() noexcept;
-  /// The background reclaimer's job: parks the blocks of streams idle for a whole epoch, then as
-  /// `release`.
+  /// The background reclaimer's job: parks the blocks of streams idle for a whole epoch and
+  /// frees them on the release stream, waiting for nothing.
   void reclaim_stale() noexcept;
 
   [[nodiscard]] front_cache_stats stats() const noexcept { return cache_.stats(); }
@@ -55,9 +55,12 @@ class stream_cache final : public std::enable_shared_from_this<stream_cache> {
   [[nodiscard]] cudaMemPool_t pool_handle() const noexcept { return pool_.handle_or_null(); }
 
  private:
-  cudaError_t free_parked_after_synchronizing(bool wait_for_frees) noexcept;
+  cudaError_t free_in_release_order(bool wait_for_frees) noexcept;
 
   mem_pool pool_;
+  // The cache's own stream, which nobody captures: parked blocks are freed on it after it waited
+  // for their streams (see "Markers" in front_cache.hpp).
+  cudaStream_t release_stream_{nullptr};
   front_cache cache_;
   std::optional<int> device_;
 };

@@ -56,7 +56,7 @@ bool cached(front_cache& cache, stream_key k, void* p, std::size_t bytes)
 
 using block = std::tuple<stream_key, void*, std::size_t>;
 
-/// A release as the owner makes it (with the device synchronization left out).
+/// A release as the owner makes it (no markers here: see FrontCacheMarkers).
 std::multiset<block> release_all(front_cache& cache)
 {
   cache.detach_all();
@@ -554,6 +554,158 @@ TEST(FrontCacheStale, BucketsOfReclaimedStreamsAreReused)
   for (stream_key k = 1; k <= 100; ++k) { EXPECT_EQ(cache.take(k, 256), nullptr) << k; }
   for (stream_key k = 101; k <= 150; ++k) { EXPECT_EQ(cache.take(k, 256), fake(k)) << k; }
   EXPECT_EQ(cache.check_invariants(), 0U);
+}
+
+// ---- markers: each stream's order captured at its puts, the release ordered after it ----------
+
+/// Fake markers over a model of stream order: each stream has a count of work submitted to it; a
+/// block's last use is the count when it was freed; a marker holds the stream and count it was
+/// set at; ordering the release after a marker raises the release's wait for that stream.
+struct fake_markers {
+  struct marker {
+    stream_key stream;
+    std::uint64_t at;
+  };
+  std::map<stream_key, std::uint64_t> work;    // per stream: work submitted so far
+  std::map<stream_key, std::uint64_t> waited;  // per stream: how far the release waits
+  std::map<void*, std::uint64_t> last_use;     // per block: its stream's work at its free
+  int made = 0, destroyed = 0, remade = 0;
+  bool fail_mark = false, fail_order = false;
+
+  stream_markers ops()
+  {
+    return {this,
+            [](void* c, void*& m, void* h) noexcept {
+              auto& self = *static_cast<fake_markers*>(c);
+              if (self.fail_mark) { return false; }
+              auto const k = static_cast<stream_key>(reinterpret_cast<std::uintptr_t>(h));
+              auto* mk     = static_cast<marker*>(m);
+              if (mk != nullptr && mk->stream != k) {  // a reused bucket: another stream's
+                delete mk;
+                ++self.destroyed;
+                ++self.remade;
+                mk = nullptr;
+              }
+              if (mk == nullptr) {
+                mk = new (std::nothrow) marker{k, 0};
+                if (mk == nullptr) { return false; }
+                ++self.made;
+                m = mk;
+              }
+              mk->at = self.work[k];
+              return true;
+            },
+            [](void* c, void* m) noexcept {
+              auto& self = *static_cast<fake_markers*>(c);
+              if (self.fail_order || m == nullptr) { return false; }
+              auto const* mk = static_cast<marker const*>(m);
+              auto& w        = self.waited[mk->stream];
+              w              = std::max(w, mk->at);
+              return true;
+            },
+            [](void* c, void* m) noexcept {
+              delete static_cast<marker*>(m);
+              ++static_cast<fake_markers*>(c)->destroyed;
+            }};
+  }
+  static void* handle(stream_key k) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(k)); }
+  /// A user frees `p` on `k` after using it there: the use is work on `k`, then the put.
+  put_result free(front_cache& cache, stream_key k, void* p, std::size_t bytes)
+  {
+    last_use[p] = ++work[k];
+    return cache.put(k, p, bytes, handle(k));
+  }
+  /// The owner frees on its release stream: the block's last use must be waited for.
+  std::size_t release(front_cache& cache, bool stale = false)
+  {
+    if (stale) {
+      cache.detach_stale();
+    } else {
+      cache.detach_all();
+    }
+    std::size_t unsafe = 0;
+    cache.free_parked(cache.begin_proof(), [&](stream_key k, void* p, std::size_t) noexcept {
+      if (waited[k] < last_use[p]) { ++unsafe; }
+    });
+    return unsafe;
+  }
+};
+
+TEST(FrontCacheMarkers, EveryBlockGoesBackAfterTheReleaseWaitedForItsStream)
+{
+  fake_markers fm;
+  front_cache cache{1 * MiB, 0, 0, fm.ops()};
+  std::size_t n = 0;
+  for (int round = 0; round < 20; ++round) {
+    for (stream_key k = 1; k <= 8; ++k) {
+      for (int i = 0; i < 3; ++i, ++n) {
+        ASSERT_EQ(fm.free(cache, k, handed(cache, n, 4 * KiB), 4 * KiB).status, put_status::cached);
+      }
+      fm.work[k] += 5;  // more work on the stream after its frees: not waited for, not needed
+    }
+    EXPECT_EQ(fm.release(cache, round % 2 == 1), 0U) << "a block went back before its last use";
+  }
+  EXPECT_EQ(fm.release(cache), 0U);
+  EXPECT_EQ(cache.check_invariants(), 0U);
+}
+
+TEST(FrontCacheMarkers, AReusedBucketMarksItsNewStream)
+{
+  fake_markers fm;
+  front_cache cache{1 * MiB, 0, 0, fm.ops()};
+  for (stream_key k = 1; k <= 10; ++k) {
+    ASSERT_EQ(fm.free(cache, k, handed(cache, k, 256), 256).status, put_status::cached);
+  }
+  EXPECT_EQ(fm.release(cache, true), 0U);
+  EXPECT_EQ(fm.release(cache, true), 0U);  // a whole epoch idle: parked, freed
+  cache.detach_stale();                    // emptied: unbound for reuse
+  for (stream_key k = 11; k <= 20; ++k) {
+    ASSERT_EQ(fm.free(cache, k, handed(cache, k, 256), 256).status, put_status::cached);
+  }
+  EXPECT_EQ(fm.remade, 10) << "a reused bucket kept its old stream's marker";
+  EXPECT_EQ(fm.release(cache), 0U);
+}
+
+TEST(FrontCacheMarkers, APutWhoseStreamCannotBeMarkedIsRefusedAndForgotten)
+{
+  fake_markers fm;
+  front_cache cache{1 * MiB, 0, 0, fm.ops()};
+  void* const p = handed(cache, 0, 4 * KiB);
+  fm.fail_mark  = true;
+  auto const r  = fm.free(cache, 1, p, 4 * KiB);
+  EXPECT_EQ(r.status, put_status::refused) << "the caller must free it on its own stream";
+  EXPECT_EQ(cache.recorded_bytes(p), 0U) << "a refused block leaves the record";
+  EXPECT_EQ(cache.stats().refused_unmarked, 1U);
+  EXPECT_EQ(cache.take(1, 4 * KiB), nullptr);
+  EXPECT_EQ(cache.check_invariants(), 0U);
+}
+
+TEST(FrontCacheMarkers, ABucketWhoseReleaseCannotBeOrderedKeepsItsBlocks)
+{
+  fake_markers fm;
+  front_cache cache{1 * MiB, 0, 0, fm.ops()};
+  void* const p = handed(cache, 0, 4 * KiB);
+  ASSERT_EQ(fm.free(cache, 1, p, 4 * KiB).status, put_status::cached);
+  fm.fail_order = true;
+  EXPECT_EQ(cache.detach_all(), 0U);
+  EXPECT_EQ(cache.stats().parked_blocks, 0U);
+  EXPECT_EQ(cache.take(1, 4 * KiB), p) << "still cached for its own stream";
+  EXPECT_EQ(cache.check_invariants(), 0U);
+}
+
+TEST(FrontCacheMarkers, TheCacheDestroysEachMarkerOnce)
+{
+  fake_markers fm;
+  {
+    front_cache cache{1 * MiB, 0, 0, fm.ops()};
+    for (stream_key k = 1; k <= 5; ++k) {
+      ASSERT_EQ(fm.free(cache, k, handed(cache, k, 256), 256).status, put_status::cached);
+      ASSERT_EQ(fm.free(cache, k, handed(cache, k + 100, 256), 256).status, put_status::cached);
+    }
+    EXPECT_EQ(fm.made, 5) << "one marker per stream, not per put";
+    EXPECT_EQ(fm.release(cache), 0U);
+  }
+  EXPECT_EQ(fm.destroyed, fm.made);
 }
 
 // ---- statistics ------------------------------------------------------------------------------

@@ -26,10 +26,12 @@
  *    only to a `take` with key K, with no event: stream order on K makes that safe, as long as K
  *    names one stream for the block's whole time in the cache (see "Stream keys").
  * 3. **A block leaves the cache for the pool only when no stream can still use it:** either in
- *    the order of its own stream (`drain_stream`, whose callback frees on that stream), or
- *    after a device synchronization that started once the block was out of reach of every
- *    `take` (`detach_all` / `detach_stale`, then `begin_proof`, synchronize, `free_parked`).
- *    A block put after the detach is not covered, so it stays cached.
+ *    the order of its own stream (`drain_stream`, whose callback frees on that stream), or in
+ *    the order of the owner's release stream once that stream waits for the block's own
+ *    stream (see "Markers": `detach_all` / `detach_stale` park a bucket's blocks only after
+ *    ordering the release after its marker; then `begin_proof` and `free_parked`). A block put
+ *    after the park is not covered, so it stays cached. No device-wide synchronization is ever
+ *    needed: one would refuse, and invalidate, any capture running on the device.
  * 4. **The record forgets a block exactly when it goes back to the pool**, so an address the pool
  *    hands out again is never mistaken for one the cache still owns.
  * 5. **Nothing here allocates or throws on the hit path,** and every operation the owner calls
@@ -55,14 +57,25 @@
  * handles (`cudaStreamPerThread`, the legacy stream) resolve to the calling thread's / device's
  * stream, so a new stream never sees an old stream's blocks.
  *
+ * ## Markers
+ * A stream may be destroyed the moment a free on it returns, so its order must be captured
+ * while it is alive: every put first sets its bucket's *marker* on the block's stream (the
+ * owner's `stream_markers::mark`: a CUDA event recorded there), under the bucket's lock and
+ * before the block can be seen. Parking a bucket first orders the owner's release after the
+ * marker (`stream_markers::order`: the release stream waits for the event), so every parked
+ * block's last use precedes its free. A put whose marker cannot be set is refused (the owner
+ * frees the block on its own stream, which is always safe); a bucket whose release cannot be
+ * ordered keeps its blocks cached. Without markers (the CPU tests) both steps are skipped.
+ *
  * ## Dead and idle streams
  * Blocks of a destroyed stream cannot be freed in its order any more. Every take and put stamps
  * its bucket with the current *epoch*; `detach_stale` parks the blocks (and returns the credit)
  * of every bucket not stamped since the previous call, then starts a new epoch. So a bucket is
  * reclaimed once a whole epoch passed without it being used. The owner calls it from a
  * background thread when refused puts say the cap is under pressure (`note_pressure`), and
- * frees the parked blocks after a device synchronization. Buckets emptied that way are reused
- * for new streams.
+ * frees the parked blocks in its release stream's order. Buckets emptied that way are reused
+ * for new streams (a bucket keeps its marker; the owner remakes one that its new stream cannot
+ * record).
  *
  * ## Threads
  * `take` and `put` take no global lock: a thread-local table maps (cache id, key) to the key's
@@ -105,6 +118,23 @@ enum class put_status {
 struct put_result {
   put_status status;
   std::size_t recorded_bytes;
+};
+
+/**
+ * @brief How the owner captures a stream's order (see "Markers" above). Every function is called
+ * under the lock of the bucket concerned and must not throw or call back into the cache;
+ * `context` is passed to each. Null functions: no markers (for tests without a GPU).
+ */
+struct stream_markers {
+  void* context{nullptr};
+  /// Before a block freed on `stream` (the handle `put` was given) enters the bucket: sets
+  /// `marker` there, making it on first use (or remaking it). False refuses the put.
+  bool (*mark)(void* context, void*& marker, void* stream) noexcept = nullptr;
+  /// As the bucket's blocks are parked: orders every free the owner makes later after
+  /// `marker`. False leaves them cached.
+  bool (*order)(void* context, void* marker) noexcept = nullptr;
+  /// When the cache is destroyed, for each marker made.
+  void (*destroy)(void* context, void* marker) noexcept = nullptr;
 };
 
 /**
@@ -156,13 +186,16 @@ class front_cache {
    *   never below 256. Rounded down to a class; must not exceed the cap or 64 MiB.
    * @param record_slots slots of the ownership record (rounded up to a power of two, at least
    *   1024); 0 picks one slot per KiB of cap, between 4096 and 1 Mi slots (8 bytes each).
+   * @param markers how the owner captures a stream's order (see "Markers"); none by default
    * @throws std::invalid_argument naming the bad value; std::bad_alloc
    */
   explicit front_cache(std::size_t cap_bytes,
                        std::size_t max_block_bytes = 0,
-                       std::size_t record_slots    = 0);
-  /// @brief Drops the bookkeeping. Blocks still cached or parked are NOT freed (no CUDA here):
-  /// the owner releases them first. No thread may be inside another call of this cache.
+                       std::size_t record_slots    = 0,
+                       stream_markers markers      = {});
+  /// @brief Drops the bookkeeping and destroys the markers. Blocks still cached or parked are NOT
+  /// freed (no CUDA here): the owner releases them first. No thread may be inside another call
+  /// of this cache.
   ~front_cache();
   front_cache(front_cache const&)            = delete;
   front_cache& operator=(front_cache const&) = delete;
@@ -216,11 +249,14 @@ class front_cache {
 
   /**
    * @brief Offers a block freed on `stream` to the cache; `bytes` is the size the caller says it
-   * was requested with. See `put_status` for the answers: only `refused` and `uncacheable` leave
-   * the block with the caller to free to the pool (and `refused` also drops its record); the
-   * others change nothing.
+   * was requested with, `handle` the stream as the owner's markers know it. See `put_status` for
+   * the answers: only `refused` and `uncacheable` leave the block with the caller to free to the
+   * pool (and `refused` also drops its record); the others change nothing.
    */
-  [[nodiscard]] put_result put(stream_key stream, void* ptr, std::size_t bytes) noexcept;
+  [[nodiscard]] put_result put(stream_key stream,
+                               void* ptr,
+                               std::size_t bytes,
+                               void* handle = nullptr) noexcept;
 
   /**
    * @brief After a refused put: counts it, and answers true once every `pressure_window`
@@ -231,9 +267,9 @@ class front_cache {
   // ---- leaving for the pool ------------------------------------------------------------------
 
   /**
-   * @brief Moves every cached block out of reach of `take` ("parks" it); parked blocks stay
-   * charged against the cap and recorded until `free_parked` frees them. Returns how many
-   * blocks were parked now.
+   * @brief Moves every cached block out of reach of `take` ("parks" it), each bucket once its
+   * release is ordered (see "Markers"); parked blocks stay charged against the cap and recorded
+   * until `free_parked` frees them. Returns how many blocks were parked now.
    */
   std::size_t detach_all() noexcept;
   /**
@@ -243,8 +279,8 @@ class front_cache {
    */
   std::size_t detach_stale() noexcept;
   /**
-   * @brief Marks the start of a synchronization: the value returned proves every block parked
-   * before this call, once a device synchronization that started after it has completed.
+   * @brief The value returned covers every block parked before this call (each parked after its
+   * release was ordered: see "Markers"), for `free_parked`.
    */
   [[nodiscard]] std::uint64_t begin_proof() noexcept;
   /**
@@ -357,6 +393,7 @@ class front_cache {
   std::size_t max_block_;
   std::size_t chunk_;
   std::uint64_t id_;
+  stream_markers markers_;
 
   alignas(64) std::atomic<std::size_t> available_;  // the global budget, bytes
   std::atomic<std::size_t> charged_high_;

@@ -81,9 +81,10 @@ struct free_result {
  * (stream order makes that safe with no event). It takes back only blocks it handed out itself,
  * at the size it handed them out (an ownership record), never a block allocated inside a stream
  * capture; a pointer of another pool is refused. Blocks leave it for the pool only in their own
- * stream's order or after a synchronization of the devices the process uses (never before), and
- * blocks of streams idle for a while are reclaimed that way by a background thread when the cap
- * is under pressure. An allocation the pool cannot serve first gets the cached memory back. Cached
+ * stream's order or on the cache's release stream after it waited for their stream's event
+ * (recorded at each free into the cache), never with a device-wide synchronization (which would
+ * break any capture on the device), and blocks of streams idle for a while are reclaimed that
+ * way by a background thread when the cap is under pressure. An allocation the pool cannot serve first gets the cached memory back. Cached
  * blocks count as used in the pool's attributes; `cache_stats()` reports them on their own.
  */
 class pool_resource_base {
@@ -135,12 +136,12 @@ class pool_resource_base {
   /// @brief The front cache's counters (cached bytes and blocks, hits, ...); none without one.
   [[nodiscard]] std::optional<front_cache_stats> cache_stats() const;
   /**
-   * @brief Empties the front cache: takes every cached block out of reach, synchronizes every
-   * device the process uses (never one it does not: no context is created), then frees those
-   * blocks to the pool; a block freed into the cache meanwhile stays cached. The wait releases
-   * the GIL when called from Python. Process-wide effect: the device synchronizations.
-   * @throws cuda_error when a synchronization failed (the blocks stay allocated, never freed
-   * while a stream might use them)
+   * @brief Empties the front cache: takes every cached block out of reach, frees them to the pool
+   * on the cache's release stream behind the events of the streams they were freed on, and waits
+   * for that stream, so the memory is the pool's on return; a block freed into the cache
+   * meanwhile stays cached. Safe while other streams capture (nothing device-wide). The wait
+   * releases the GIL when called from Python.
+   * @throws cuda_error when the wait failed
    */
   void release_cache();
   /**
