@@ -35,6 +35,10 @@
 #             tree must hold the tests) is built into its own site and its soundness tests run
 #             there, Python and C++. Their failures are the evidence the tests can fail: logged,
 #             and they do not fail the run
+#   compare   the pair costs (benchmark sections 1 and 11, quick) of the code before (the build
+#             the before stage made) and of this build, measured by this tree's harness in one
+#             run, alternating before/after twice; benchmarks/compare_builds.py prints them side
+#             by side as ratios into the log and OUTDIR/compare.json (needs before and build)
 #
 # Needs, in the repository:
 #   .whl/core/*.whl   ../shared/wheelhouse.sh .whl core       (rmm, librmm for CUDA 13)
@@ -83,7 +87,7 @@ has() {
 }
 for s in "${stages[@]}"; do
   case $s in
-    build|cpp|consumer|pytest|demo|bench|memcheck|tsan|sanitizer|cu12|cudf|cache|cachecheck|soak|probe|before) ;;
+    build|cpp|consumer|pytest|demo|bench|memcheck|tsan|sanitizer|cu12|cudf|cache|cachecheck|soak|probe|before|compare) ;;
     *) echo "unknown stage: $s" >&2; exit 2 ;;
   esac
 done
@@ -357,6 +361,26 @@ if has before; then
          && ctest --test-dir build/cpp -R Soundness --output-on-failure --timeout 60) 2>&1 | tee -a "$log"
       say "before: done (its failures do not fail this run)"
     fi
+  fi
+fi
+
+if has compare; then
+  if [ ! -d /tmp/site-before ] || ! has build; then
+    fail compare "needs the before and build stages in the same run"
+  else
+    runs_before=() runs_after=()
+    for i in 1 2; do
+      for side in before after; do
+        where=$site
+        [ "$side" = before ] && where=/tmp/site-before:$site
+        run "compare-$side-$i" env PYTHONPATH="$repo/benchmarks:$where" python3 -m asyncmr_bench \
+          --quick --sections 1,11 --no-floor --out "/tmp/compare-$side-$i"
+        if [ "$side" = before ]; then runs_before+=("/tmp/compare-$side-$i/results.json")
+        else runs_after+=("/tmp/compare-$side-$i/results.json"); fi
+      done
+    done
+    run compare python3 benchmarks/compare_builds.py --before "${runs_before[@]}" \
+      --after "${runs_after[@]}" --out "$out/compare.json"
   fi
 fi
 

@@ -722,3 +722,40 @@ def test_every_section_of_a_full_run_has_a_plot(tmp_path):
     for key, name in made.items():
         assert not name.startswith("error"), (key, name)
         assert (tmp_path / name).stat().st_size > 10_000, name
+
+
+# ---- two builds side by side (ci/gpu.sh's compare stage) ------------------------------------------
+
+
+def _pairs_doc(us_by_resource):
+    return {"sections": {"1_pair_cost": {"results": {
+        name: {"4096": {"median_us": us}} for name, us in us_by_resource.items()}}}}
+
+
+def test_compare_builds_gives_after_over_before_per_cell(tmp_path, capsys):
+    import compare_builds
+
+    files = {}
+    for name, doc in {"b1": _pairs_doc({"AsyncPinnedMR": 2.0, "AsyncDeviceMR": 1.0}),
+                      "b2": _pairs_doc({"AsyncPinnedMR": 2.2, "AsyncDeviceMR": 1.2}),
+                      "a1": _pairs_doc({"AsyncPinnedMR": 1.0}),
+                      "a2": _pairs_doc({"AsyncPinnedMR": 1.2})}.items():
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(json.dumps(doc))
+    out = tmp_path / "compare.json"
+    rc = compare_builds.main(["--before", str(files["b1"]), str(files["b2"]),
+                              "--after", str(files["a1"]), str(files["a2"]), "--out", str(out)])
+    assert rc == 0
+    rows = {r["resource"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["AsyncPinnedMR"]["before_us"] == pytest.approx(2.1)
+    assert rows["AsyncPinnedMR"]["after_over_before"] == pytest.approx(1.1 / 2.1)
+    assert rows["AsyncDeviceMR"]["after_us"] is None, "a cell one build lacks is shown, not invented"
+    assert "| 1 | AsyncPinnedMR | 4096 | 2.100 | 1.100 | 0.52x |" in capsys.readouterr().out
+
+
+def test_compare_builds_names_an_unreadable_file(tmp_path, capsys):
+    import compare_builds
+
+    assert compare_builds.main(["--before", str(tmp_path / "missing.json"), "--after",
+                                str(tmp_path / "missing.json")]) == 2
+    assert "missing.json" in capsys.readouterr().err
