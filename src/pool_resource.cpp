@@ -84,8 +84,8 @@ void pool_resource_base::release_cache()
 {
   if (!cache_) { return; }
   if (auto const status = cache_->release(); status != cudaSuccess) {
-    throw_cuda_error(status, "synchronizing the devices before freeing the front cache's blocks "
-                             "(they stay allocated)");
+    throw_cuda_error(status, "waiting for the front cache's release stream (the blocks were "
+                             "freed in its order, behind the streams that used them)");
   }
 }
 

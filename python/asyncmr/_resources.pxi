@@ -184,7 +184,8 @@ cdef class _PoolResource(DeviceMemoryResource):
 
     def trim_to(self, min_bytes_to_keep=0):
         """Empty the front cache (if any), then release the pool's unused reserved memory down
-        to ``min_bytes_to_keep`` bytes. With a cache this synchronizes every device first."""
+        to ``min_bytes_to_keep`` bytes. With a cache this first waits for the work the cached
+        blocks' streams queued before their frees (without the GIL)."""
         cdef size_t keep = _validate.size("min_bytes_to_keep", min_bytes_to_keep, optional=False)
         with nogil:
             self.c_base.trim_to(keep)
@@ -192,10 +193,11 @@ cdef class _PoolResource(DeviceMemoryResource):
     def release_cache(self):
         """Give every block in the front cache back to the pool. No-op without a cache.
 
-        The blocks are taken out of reach first, then every device this process uses is
-        synchronized (without the GIL; devices it never used are left alone), then they are
-        freed: a block freed into the cache meanwhile stays cached. :class:`CUDAError` if a
-        synchronization failed; the blocks then stay allocated, never freed while in use."""
+        The blocks are taken out of reach first, then freed on the cache's own release stream
+        behind the event each block's stream recorded at its free, and this call waits for that
+        stream (without the GIL): the memory is the pool's on return. Nothing device-wide, so a
+        capture on another thread or stream stays valid. A block freed into the cache meanwhile
+        stays cached. :class:`CUDAError` if the wait failed."""
         with nogil:
             self.c_base.release_cache()
 
