@@ -7,6 +7,7 @@
 #include <asyncmr/capability.hpp>
 #include <asyncmr/error.hpp>
 
+#include "detail/history_state.hpp"
 #include "detail/stream_cache.hpp"
 
 #include <asyncmr/detail/blocking.hpp>
@@ -63,7 +64,8 @@ std::string describe_free_failure(free_result const& result, void const* ptr, st
 pool_resource_base::pool_resource_base(resolved_pool resolved)
   : pool_{std::move(resolved.pool)},
     device_{resolved.device},
-    cache_{resolved.cache != 0 ? stream_cache::make(pool_, resolved.cache, device_) : nullptr}
+    cache_{resolved.cache != 0 ? stream_cache::make(pool_, resolved.cache, device_) : nullptr},
+    history_{std::make_shared<history_state>()}
 {
 }
 
@@ -93,6 +95,10 @@ void pool_resource_base::trim_to(std::size_t min_bytes_to_keep)
 {
   release_cache();
   pool_.trim_to(min_bytes_to_keep);
+  if (history_ring* const ring = history_ ? history_->active.load(std::memory_order_acquire)
+                                          : nullptr) {
+    note(*ring, history_action::trim, nullptr, 0, nullptr, true);
+  }
 }
 
 void* pool_resource_base::allocate(cuda::stream_ref stream, std::size_t bytes, std::size_t alignment)
@@ -103,8 +109,21 @@ void* pool_resource_base::allocate(cuda::stream_ref stream, std::size_t bytes, s
   }
   if (bytes == 0) { return nullptr; }
   cudaStream_t const s = stream.get();
-  if (cache_) { return cache_->allocate(s, bytes); }
-  return allocate_giving_caches_back(pool_, bytes, s);  // other resources' caches on this pool
+  history_ring* const ring = history_ ? history_->active.load(std::memory_order_acquire) : nullptr;
+  if (ring == nullptr) {
+    if (cache_) { return cache_->allocate(s, bytes); }
+    return allocate_giving_caches_back(pool_, bytes, s);  // other resources' caches on this pool
+  }
+  bool hit  = false;
+  void* ptr = nullptr;
+  try {
+    ptr = cache_ ? cache_->allocate(s, bytes, &hit) : allocate_giving_caches_back(pool_, bytes, s);
+  } catch (rmm::out_of_memory const&) {
+    note(*ring, history_action::oom, nullptr, bytes, s, true);
+    throw;
+  }
+  note(*ring, hit ? history_action::cache_hit : history_action::alloc, ptr, bytes, s, !hit);
+  return ptr;
 }
 
 free_result pool_resource_base::deallocate_checked(cuda::stream_ref stream,
@@ -114,7 +133,13 @@ free_result pool_resource_base::deallocate_checked(cuda::stream_ref stream,
   if (ptr == nullptr) { return {}; }
   free_result const result = cache_ ? cache_->deallocate(stream.get(), ptr, bytes)
                                     : free_to_pool(ptr, stream.get());
-  if (!result.ok()) { refused_frees.fetch_add(1, std::memory_order_relaxed); }
+  if (!result.ok()) {
+    refused_frees.fetch_add(1, std::memory_order_relaxed);
+  } else if (history_ring* const ring =
+               history_ ? history_->active.load(std::memory_order_acquire) : nullptr) {
+    note(*ring, result.cached ? history_action::cache_put : history_action::free, ptr, bytes,
+         stream.get(), !result.cached);
+  }
   return result;
 }
 

@@ -397,7 +397,7 @@ void stream_cache::reclaim_stale() noexcept
   static_cast<void>(free_in_release_order(false));
 }
 
-void* stream_cache::allocate(cudaStream_t stream, std::size_t bytes)
+void* stream_cache::allocate(cudaStream_t stream, std::size_t bytes, bool* hit)
 {
   if (capturing(stream)) {
     // A graph allocation node: the graph owns the block (its address comes back at every
@@ -415,7 +415,10 @@ void* stream_cache::allocate(cudaStream_t stream, std::size_t bytes)
   if (pool_.closed()) {
     throw pool_closed_error{"asyncmr: allocating from a memory pool that was closed"};
   }
-  if (void* ptr = cache_.take(key, bytes)) { return ptr; }
+  if (void* ptr = cache_.take(key, bytes)) {
+    if (hit != nullptr) { *hit = true; }
+    return ptr;
+  }
   void* ptr = nullptr;
   try {
     ptr = pool_.allocate_async(cls, stream);
@@ -467,7 +470,7 @@ free_result stream_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t
                            ? cache_.put(key, ptr, bytes, stream)
                            : put_result{put_status::not_recorded, cache_.recorded_bytes(ptr)};
   switch (put.status) {
-    case put_status::cached: return {};
+    case put_status::cached: return {free_status::freed, cudaSuccess, 0, true};
     case put_status::refused:
       if (cache_.note_pressure()) { request_reclaim(weak_from_this()); }
       return free_to_pool(ptr, stream);

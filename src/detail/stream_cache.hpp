@@ -37,8 +37,9 @@ class stream_cache final : public std::enable_shared_from_this<stream_cache> {
   stream_cache& operator=(stream_cache const&) = delete;
 
   /// A hit, or a miss allocated from the pool at its class size (recorded); a stream that
-  /// captures gets a graph allocation of exactly `bytes`, never recorded.
-  [[nodiscard]] void* allocate(cudaStream_t stream, std::size_t bytes);
+  /// captures gets a graph allocation of exactly `bytes`, never recorded. `*hit` (when given) is
+  /// set on a hit.
+  [[nodiscard]] void* allocate(cudaStream_t stream, std::size_t bytes, bool* hit = nullptr);
   /// Caches a block the cache handed out, frees anything else of this pool to the pool, and
   /// refuses what is not this pool's or names the wrong size. Never throws.
   [[nodiscard]] free_result deallocate(cudaStream_t stream, void* ptr, std::size_t bytes) noexcept;
@@ -52,6 +53,8 @@ class stream_cache final : public std::enable_shared_from_this<stream_cache> {
 
   [[nodiscard]] front_cache_stats stats() const noexcept { return cache_.stats(); }
   [[nodiscard]] std::size_t cap() const noexcept { return cache_.cap(); }
+  /// Bytes charged against the cap now (cached, parked, and the streams' credit): one load.
+  [[nodiscard]] std::size_t charged_bytes() const noexcept { return cache_.charged_bytes(); }
   [[nodiscard]] cudaMemPool_t pool_handle() const noexcept { return pool_.handle_or_null(); }
 
  private:

@@ -329,6 +329,11 @@ class front_cache {
   [[nodiscard]] std::size_t check_invariants() const;
 
   [[nodiscard]] std::size_t cap() const noexcept { return cap_; }
+  /// @brief Bytes charged against the cap now (`front_cache_stats::charged_bytes`), with no lock.
+  [[nodiscard]] std::size_t charged_bytes() const noexcept
+  {
+    return cap_ - available_.load(std::memory_order_relaxed);
+  }
   [[nodiscard]] std::size_t max_block() const noexcept { return max_block_; }
   /// @brief The most credit a bucket reserves from the global budget at a time, bytes.
   [[nodiscard]] std::size_t chunk() const noexcept { return chunk_; }

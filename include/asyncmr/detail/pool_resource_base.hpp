@@ -3,6 +3,7 @@
  */
 #pragma once
 
+#include <asyncmr/detail/history.hpp>
 #include <asyncmr/front_cache_stats.hpp>
 #include <asyncmr/location.hpp>
 #include <asyncmr/mem_pool.hpp>
@@ -28,6 +29,8 @@ namespace asyncmr {
 [[nodiscard]] std::uint64_t failed_deallocations() noexcept;
 
 namespace detail {
+
+struct history_state;
 
 /// @brief What a resource constructor decided: its pool, its device, its cache's cap.
 struct resolved_pool {
@@ -62,6 +65,7 @@ struct free_result {
   free_status status{free_status::freed};
   cudaError_t error{cudaSuccess};   ///< for `driver_refused`
   std::size_t recorded_bytes{0};    ///< for `wrong_size` and `already_free`: the class recorded
+  bool cached{false};               ///< `freed` into the front cache (not to the pool)
   [[nodiscard]] bool ok() const noexcept { return status == free_status::freed; }
 };
 
@@ -150,6 +154,25 @@ class pool_resource_base {
    */
   void trim_to(std::size_t min_bytes_to_keep = 0);
 
+  // ---- allocation history ----------------------------------------------------------------------
+  /**
+   * @brief Starts recording this resource's (and its copies') allocations, frees, cache hits and
+   * puts, pool growth and trims, and allocation failures, into a new ring of `max_events`
+   * events that drops the oldest when full (`detail/history.hpp`). Each allocation or free the
+   * pool serves also reads the pool's reserved and used bytes; hits and puts do not (they leave
+   * the pool as it is). Safe during captures and from any thread. One recording at a time.
+   * @throws std::invalid_argument for 0 or too many events; std::logic_error while one runs
+   */
+  void start_history(std::size_t max_events);
+  /// @brief Stops the recording: its events, oldest first; `dropped` gets how many were lost.
+  /// @throws std::logic_error when none runs
+  [[nodiscard]] std::vector<history_event> stop_history(std::uint64_t& dropped);
+  /// @brief The events recorded so far, oldest first, without stopping.
+  /// @throws std::logic_error when none runs
+  [[nodiscard]] std::vector<history_event> read_history(std::uint64_t& dropped) const;
+  /// @brief True while a recording runs.
+  [[nodiscard]] bool recording_history() const noexcept;
+
  protected:
   /// @brief A resource on `resolved.pool`, with a front cache when `resolved.cache` > 0 (its
   /// frees run in the context of `resolved.device`, the pool's device; unset for host pools).
@@ -174,6 +197,13 @@ class pool_resource_base {
   std::optional<int> device_;
   // Shared by copies; the last copy empties the cache.
   std::shared_ptr<stream_cache> cache_;
+  // The recording, shared by copies (null only in a moved-from resource).
+  std::shared_ptr<history_state> history_;
+
+  // Records `action` (with `read_pool`, after a grow or trim event if the pool's reserved bytes
+  // changed); `trim` records only that change.
+  void note(history_ring& ring, history_action action, void const* ptr, std::size_t bytes,
+            cudaStream_t stream, bool read_pool) noexcept;
 };
 
 }  // namespace detail

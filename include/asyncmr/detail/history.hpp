@@ -1,0 +1,90 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#pragma once
+
+/**
+ * @file history.hpp
+ * @brief A bounded ring of allocation events that writers fill without allocating, locking or
+ * waiting: the recorder behind `record_history`. No CUDA in here (tested on any machine).
+ *
+ * Each event takes the next sequence number (one atomic increment) and the slot it maps to; a
+ * slot is claimed by a compare-and-swap of its sequence word to "being written" and published
+ * with the final sequence word (a sequence lock per slot), so a reader copies only whole events.
+ * When the ring is full the newest event overwrites the oldest; `dropped()` counts what was
+ * overwritten or could not be written (a slot another writer still held: two writers a whole
+ * ring apart).
+ */
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace asyncmr::detail {
+
+/// @brief What an event records.
+enum class history_action : std::uint32_t {
+  alloc     = 0,  ///< an allocation the pool served
+  free      = 1,  ///< a free that went to the pool
+  cache_hit = 2,  ///< an allocation the front cache served
+  cache_put = 3,  ///< a free the front cache kept
+  grow      = 4,  ///< the pool's reserved bytes grew (`bytes`: by how much)
+  trim      = 5,  ///< the pool's reserved bytes shrank (`bytes`: by how much)
+  oom       = 6,  ///< an allocation of `bytes` failed for want of memory
+};
+
+/// @brief One event; sizes in bytes, the pool's state right after it.
+struct history_event {
+  std::uint64_t time_ns{};   ///< steady clock, nanoseconds
+  std::uint64_t address{};   ///< the block (0 for grow, trim, oom)
+  std::uint64_t bytes{};     ///< the size asked for or freed, or the growth / trim
+  std::uint64_t stream{};    ///< the stream handle's value
+  std::uint64_t reserved{};  ///< the pool's reserved bytes after the event
+  std::uint64_t used{};      ///< the pool's used bytes after the event
+  std::uint64_t cached{};    ///< bytes charged to the resource's front cache (0 without one)
+  history_action action{history_action::alloc};
+};
+
+/// @brief Nanoseconds of the clock events are stamped with (std::chrono::steady_clock).
+[[nodiscard]] std::uint64_t history_now_ns() noexcept;
+
+class history_ring {
+ public:
+  static constexpr std::size_t max_capacity = std::size_t{1} << 26;  ///< 64 Mi events
+
+  /// @brief A ring of `capacity` events, allocated now.
+  /// @throws std::invalid_argument when `capacity` is 0 or above `max_capacity`; std::bad_alloc
+  explicit history_ring(std::size_t capacity);
+  history_ring(history_ring const&)            = delete;
+  history_ring& operator=(history_ring const&) = delete;
+
+  /// @brief Adds an event; never allocates, locks or waits.
+  void record(history_event const& event) noexcept;
+  /// @brief The whole events in the ring now, oldest first.
+  [[nodiscard]] std::vector<history_event> events() const;
+  /// @brief Events ever offered to `record`.
+  [[nodiscard]] std::uint64_t recorded() const noexcept
+  {
+    return next_.load(std::memory_order_relaxed);
+  }
+  /// @brief Events lost: overwritten by newer ones, or not written (their slot was busy).
+  [[nodiscard]] std::uint64_t dropped() const noexcept;
+  [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
+
+ private:
+  static constexpr std::size_t fields = 8;
+  struct alignas(64) slot {
+    std::atomic<std::uint64_t> seq{0};  // 0 empty, odd being written, 2n+2 holds event n
+    std::array<std::atomic<std::uint64_t>, fields> f{};
+  };
+
+  std::size_t capacity_;
+  std::unique_ptr<slot[]> slots_;
+  alignas(64) std::atomic<std::uint64_t> next_{0};
+  std::atomic<std::uint64_t> busy_{0};  // events not written: their slot was held
+};
+
+}  // namespace asyncmr::detail

@@ -1,0 +1,29 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#pragma once
+
+// Private to src/: a resource's recording (pool_resource_base::start_history), shared by its
+// copies. Rings are kept until the resource goes: a thread may still be writing into one that
+// was just stopped, so a stopped ring is retired, never freed, while the resource lives.
+
+#include <asyncmr/detail/history.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace asyncmr::detail {
+
+struct history_state {
+  std::atomic<history_ring*> active{nullptr};
+  // The pool's reserved bytes at the last event that read them, to notice growth and trims.
+  std::atomic<std::uint64_t> last_reserved{0};
+  std::atomic<std::uint64_t> last_used{0};  // likewise, for the events that do not read the pool
+  std::mutex lock;  // start and stop
+  std::vector<std::unique_ptr<history_ring>> rings;
+};
+
+}  // namespace asyncmr::detail
