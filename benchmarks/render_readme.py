@@ -195,8 +195,9 @@ def benchmarks(docs: dict) -> str:
         out.append("Not met (the reasons: `benchmarks/README.md`):")
         for t in misses:
             v = t.get("value")
-            out.append(f"- {t['name']}: {fmt(v, 3) if isinstance(v, float) else v} "
-                       f"(wanted {t['target']})")
+            shown = (fmt(v, 3) if isinstance(v, float) else v) if v is not None else \
+                "not measured in this run"
+            out.append(f"- {t['name']}: {shown} (wanted {t['target']})")
         out.append("")
     return "\n".join(out)
 

@@ -197,7 +197,7 @@ def test_skipped_failed_and_unfinished_sections_fail_their_targets():
     assert all("skipped: this asyncmr has no release_gil" in t["note"] for t in gil)
     assert "failed: RuntimeError: boom" in by_name(ts, "pinned_empty")["note"]
     assert "did not finish" in by_name(ts, "H2D bandwidth")["note"]
-    assert targets.tally(ts) == (11, 21, 5)  # section 11 (5 targets) was not asked for
+    assert targets.tally(ts) == (11, 21, 7)  # section 11 (7 targets) was not asked for
 
 
 def test_targets_of_sections_not_asked_for_are_not_counted():
@@ -205,7 +205,7 @@ def test_targets_of_sections_not_asked_for_are_not_counted():
     ts = targets.compute_targets(doc)  # a run of sections 1-6
     not_run = [t for t in ts if t["status"] == targets.NOT_RUN]
     assert {t["section"] for t in not_run} == {7, 9, 11}
-    assert targets.tally(ts) == (13, 17, 9)
+    assert targets.tally(ts) == (13, 17, 11)
 
 
 # ---- check_targets.py ----------------------------------------------------------------------
@@ -466,7 +466,8 @@ def test_gil_targets_miss_when_a_pool_kind_is_missing():
 
 
 def _front_cache_doc(cached_us, cupy_us, hit_ns, one_rate, many_rate, cpp=None,
-                     device_us=None, torch_us=None, py_one=None, py_many=None):
+                     device_us=None, torch_us=None, py_one=None, py_many=None,
+                     recording_ns=(50.0, 40.0)):
     """A results.json holding section 11 only, shaped as the section and cache_bench write it."""
     from asyncmr_bench.common import (
         ADR_CACHED, APR_CACHED, APR_NEW, CUPY_PINNED, TORCH_CACHING,
@@ -496,7 +497,11 @@ def _front_cache_doc(cached_us, cupy_us, hit_ns, one_rate, many_rate, cpp=None,
         pinned = {str(s): {"floor": ns([1000.0]), "uncached": ns([1100.0]), "cached": ns(hit_ns),
                            "cached_over_floor": {"median": 0.1, "p10": 0.1, "p90": 0.1},
                            "rounds_ns": {"floor": [1000.0] * len(hit_ns),
-                                         "uncached": [1100.0] * len(hit_ns), "cached": hit_ns}}
+                                         "uncached": [1100.0] * len(hit_ns), "cached": hit_ns,
+                                         "uncached_recording": [1100.0 + recording_ns[0]]
+                                         * len(hit_ns),
+                                         "cached_recording": [h + recording_ns[1]
+                                                              for h in hit_ns]}}
                   for s in sizes}
         cpp = {
             "meta": {"gpu": "NVIDIA H200", "optimized": True, "hardware_concurrency": 16},
@@ -530,9 +535,10 @@ def _front_cache_doc(cached_us, cupy_us, hit_ns, one_rate, many_rate, cpp=None,
 
 
 def _front_cache_targets(doc):
-    """(pinned vs CuPy, device vs PyTorch, C++ hit, C++ threads, Python threads)."""
+    """(pinned vs CuPy, device vs PyTorch, C++ hit, C++ threads, Python threads, recording's
+    cost to an uncached pair, to a cached pair)."""
     ts = [t for t in targets.compute_targets(doc) if t["section"] == 11]
-    assert len(ts) == 5 and all(t["status"] != targets.NOT_RUN for t in ts)
+    assert len(ts) == 7 and all(t["status"] != targets.NOT_RUN for t in ts)
     return ts
 
 
@@ -544,7 +550,9 @@ def test_front_cache_targets_met_from_raw_rounds(capsys):
     doc = _front_cache_doc(cached_us=[0.5, 0.9, 0.5], cupy_us=[0.6, 0.6, 0.4],
                            hit_ns=[100.0, 120.0, 400.0], one_rate=[10e6, 10e6, 10e6],
                            many_rate=[50e6, 30e6, 45e6])
-    python, device, hit, threads, py_threads = _front_cache_targets(doc)
+    python, device, hit, threads, py_threads, rec_uncached, rec_cached = _front_cache_targets(doc)
+    assert rec_uncached["value"] == pytest.approx(50.0) and rec_uncached["met"]
+    assert rec_cached["value"] == pytest.approx(40.0) and rec_cached["met"]
     assert python["cells"] == {"4 KiB": pytest.approx(1.25), "64 KiB": pytest.approx(1.25)}
     assert not python["met"] and python["target"] == "<= 0.45"
     assert device["value"] == pytest.approx(0.15) and device["met"]
@@ -562,8 +570,11 @@ def test_front_cache_targets_missed_from_raw_rounds():
     doc = _front_cache_doc(cached_us=[0.2, 0.3, 0.2], cupy_us=[0.6, 0.6, 0.6],
                            hit_ns=[140.0, 151.0, 160.0], one_rate=[10e6, 10e6],
                            many_rate=[30e6, 41e6], device_us=[0.6, 0.7, 0.6],
-                           torch_us=[2.0, 2.0, 2.0], py_one=[1e6, 1e6], py_many=[2.5e6, 3.2e6])
-    python, device, hit, threads, py_threads = _front_cache_targets(doc)
+                           torch_us=[2.0, 2.0, 2.0], py_one=[1e6, 1e6], py_many=[2.5e6, 3.2e6],
+                           recording_ns=(150.0, 61.0))
+    python, device, hit, threads, py_threads, rec_uncached, rec_cached = _front_cache_targets(doc)
+    assert not rec_uncached["met"] and rec_uncached["value"] == pytest.approx(150.0)
+    assert not rec_cached["met"] and rec_cached["value"] == pytest.approx(61.0)
     assert python["met"] and python["value"] == pytest.approx(0.2 / 0.6)
     assert not device["met"] and device["value"] == pytest.approx(0.3)
     assert not hit["met"] and hit["value"] == 151.0
@@ -579,10 +590,10 @@ def test_front_cache_missing_cells_fail_and_say_why():
                            cpp={"skipped": "no cache_bench program (looked at: x)"})
     sec = doc["sections"][SECTION_KEYS[11]]
     sec["python"]["results"][APR_CACHED]["65536"] = {"error": "MemoryError: out of memory"}
-    python, _, hit, threads, _ = _front_cache_targets(doc)
+    python, _, hit, threads, _, rec_uncached, rec_cached = _front_cache_targets(doc)
     assert not python["met"] and python["missing"] == ["64 KiB"]
     assert python["value"] == pytest.approx(0.4 / 0.6)  # the cell that is there, still reported
-    for t in (hit, threads):
+    for t in (hit, threads, rec_uncached, rec_cached):
         assert t["status"] == targets.NOT_MET and not t["met"] and t["value"] is None
         assert "C++ cache_bench skipped: no cache_bench program" in t["note"]
     doc["sections"][SECTION_KEYS[11]] = {"skipped": "CuPy is not installed"}

@@ -16,6 +16,8 @@
  *       "cached"   the resource with `cache` bytes of front cache, through the reference: every
  *                  allocation after the first is a hit (the block freed just before, same
  *                  stream). "cache" holds the cache's counters afterwards (hits, misses).
+ *       "uncached_recording", "cached_recording" (in "rounds_ns"): the same two while the
+ *                  resource records its allocation history (record_history's C++ side).
  *   - "calls": ns per call of what a hit adds besides the cache itself, each alone:
  *     cudaStreamIsCapturing, cudaStreamGetId (each made once per allocate and once per
  *     deallocate), and the bare cache's take+put on the CPU (no CUDA).
@@ -145,7 +147,7 @@ struct kind_subject {
   std::string resource;
   cudaMemPool_t pool{};
   std::shared_ptr<asyncmr::detail::pool_resource_base> cached_keep;
-  std::shared_ptr<void> plain_keep;
+  std::shared_ptr<asyncmr::detail::pool_resource_base> plain_keep;
   std::optional<rmm::device_async_resource_ref> cached;
   std::optional<rmm::device_async_resource_ref> plain;
   std::string error;
@@ -175,10 +177,25 @@ kind_subject make_kind(std::string kind, std::string resource, Options options, 
   return k;
 }
 
-/// The rounds of one kind and size: ns per pair of each way, round by round.
+/// The rounds of one kind and size: ns per pair of each way, round by round (the two
+/// "recording" ways: the same resources with an allocation history being recorded).
 struct way_rounds {
-  std::vector<double> floor, uncached, cached;
+  std::vector<double> floor, uncached, cached, uncached_recording, cached_recording;
 };
+
+/// A round of `resource` while it records its history (the ring holds the whole round).
+double recording_round(asyncmr::detail::pool_resource_base& resource,
+                       rmm::device_async_resource_ref ref,
+                       cudaStream_t stream,
+                       std::size_t bytes,
+                       int pairs)
+{
+  resource.start_history(static_cast<std::size_t>(4 * pairs + 64));
+  double const ns = ref_round(ref, stream, bytes, pairs);
+  std::uint64_t dropped = 0;
+  static_cast<void>(resource.stop_history(dropped));
+  return ns;
+}
 
 way_rounds measure_pairs(kind_subject const& k,
                          cudaStream_t stream,
@@ -191,14 +208,23 @@ way_rounds measure_pairs(kind_subject const& k,
   ref_round(*k.cached, stream, bytes, p.warmup);
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   way_rounds out;
-  std::function<void()> const ways[3] = {
+  constexpr int way_count = 5;
+  std::function<void()> const ways[way_count] = {
     [&] { out.floor.push_back(floor_round(k.pool, stream, bytes, p.pairs)); },
     [&] { out.uncached.push_back(ref_round(*k.plain, stream, bytes, p.pairs)); },
     [&] { out.cached.push_back(ref_round(*k.cached, stream, bytes, p.pairs)); },
+    [&] {
+      out.uncached_recording.push_back(
+        recording_round(*k.plain_keep, *k.plain, stream, bytes, p.pairs));
+    },
+    [&] {
+      out.cached_recording.push_back(
+        recording_round(*k.cached_keep, *k.cached, stream, bytes, p.pairs));
+    },
   };
   for (int r = 0; r < p.rounds; ++r) {
-    for (int i = 0; i < 3; ++i) {
-      ways[(r + i) % 3]();
+    for (int i = 0; i < way_count; ++i) {
+      ways[(r + i) % way_count]();
       check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     }
   }
@@ -531,6 +557,10 @@ int main(int argc, char** argv)
         write_rounds(os, r.uncached);
         os << ",\"cached\":";
         write_rounds(os, r.cached);
+        os << ",\"uncached_recording\":";
+        write_rounds(os, r.uncached_recording);
+        os << ",\"cached_recording\":";
+        write_rounds(os, r.cached_recording);
         os << "}}";
       } catch (std::exception const& e) {
         errors["pairs:" + k.kind + "@" + std::to_string(bytes)] = e.what();

@@ -76,7 +76,7 @@ class history_ring {
 
  private:
   static constexpr std::size_t fields = 8;
-  struct alignas(64) slot {
+  struct slot {  // 72 bytes: neighbours may share a line (writers are rarely adjacent for long)
     std::atomic<std::uint64_t> seq{0};  // 0 empty, odd being written, 2n+2 holds event n
     std::array<std::atomic<std::uint64_t>, fields> f{};
   };
