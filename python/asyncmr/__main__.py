@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``python -m asyncmr demo``, ``python -m asyncmr info`` and ``python -m asyncmr bench``.
+"""``python -m asyncmr demo``, ``info``, ``bench`` and ``plot``.
 
 The benchmark is not part of this package: ``bench`` finds it in a source checkout
 (``benchmarks/asyncmr_bench``) and runs it, or says how to.
@@ -141,15 +141,21 @@ def main(argv: list[str] | None = None) -> int:
     # info parses its own arguments (--json), like bench.
     sub.add_parser("info", help="devices, supported pool kinds/locations, live pool state",
                    add_help=False)
+    sub.add_parser("plot", help="a timeline PNG of a saved allocation history "
+                   "(record_history; see docs/HISTORY.md)", add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command == "demo":
-        if rest:  # only bench and info take their own arguments
+        if rest:  # only bench, info and plot take their own arguments
             parser.error(f"demo: unrecognized arguments: {' '.join(rest)}")
         return _demo(args)
     if args.command == "info":
         from asyncmr._info import main as info_main
 
         return info_main(rest)
+    if args.command == "plot":
+        from asyncmr.history import main as plot_main
+
+        return plot_main(rest)
     return _bench(rest)
 
 

@@ -178,6 +178,26 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         FreeStatus status
         cudaError_t error
         size_t recorded_bytes
+        cbool cached
+
+    cpdef enum class HistoryAction "asyncmr::detail::history_action" (uint32_t):
+        alloc
+        free
+        cache_hit
+        cache_put
+        grow
+        trim
+        oom
+
+    cdef cppclass history_event "asyncmr::detail::history_event":
+        uint64_t time_ns
+        uint64_t address
+        uint64_t bytes
+        uint64_t stream
+        uint64_t reserved
+        uint64_t used
+        uint64_t cached
+        HistoryAction action
 
     cdef cppclass pool_resource_base "asyncmr::detail::pool_resource_base":
         const mem_pool& pool()
@@ -185,6 +205,10 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         optional[front_cache_stats] cache_stats() except +translate_exception
         void release_cache() except +translate_exception
         void trim_to(size_t) except +translate_exception
+        void start_history(size_t) except +translate_exception
+        vector[history_event] stop_history(uint64_t&) except +translate_exception
+        vector[history_event] read_history(uint64_t&) except +translate_exception
+        cbool recording_history()
 
     cdef cppclass async_managed_memory_resource(pool_resource_base):
         int device()
@@ -254,10 +278,12 @@ cdef class _PoolResource(DeviceMemoryResource):
     cdef uint32_t _since_refresh
     cdef mem_pool* _adopt   # the adopted pool while a subclass builds, else NULL
     cdef object _adopted    # keeps it alive meanwhile
+    cdef object _recorder   # the running record_history, or None
 
     cdef _prepare(self, pool, release_threshold, cache, resource_options* options)
     cdef _bind(self, pool_resource_base* base, optional[device_async_resource_ref] ref)
     cdef void _refresh_headroom(self) noexcept
+    cdef uintptr_t _allocate_core(self, size_t n, uintptr_t s) except? 0
 
 
 cdef class AsyncManagedMR(_PoolResource):

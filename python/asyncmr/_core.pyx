@@ -37,6 +37,7 @@ LOCATION_KINDS = tuple(_KINDS)
 ACCESS_MODES = {"none": AccessMode.none, "r": AccessMode.read, "rw": AccessMode.read_write}
 _ACCESS_NAMES = {v: k for k, v in ACCESS_MODES.items()}
 GIL_POLICIES = ("auto", "always", "never")
+_HISTORY_ACTIONS = {int(a): a.name for a in HistoryAction}
 
 # One extension module, its concerns in one file each (included here, in dependency order):
 # the C++ library is linked into it statically, and its process-wide state (the registry of

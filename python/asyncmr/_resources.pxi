@@ -116,6 +116,16 @@ cdef class _PoolResource(DeviceMemoryResource):
         cdef size_t n = nbytes if type(nbytes) is int else operator.index(nbytes)
         stream = as_stream(stream)
         cdef uintptr_t s = <uintptr_t>stream._cuda_stream
+        if self._recorder is None:
+            return self._allocate_core(n, s)
+        try:
+            ptr = self._allocate_core(n, s)
+        except MemoryError as e:
+            raise MemoryError(f"{e}; {self._recorder.describe_outstanding()}") from None
+        self._recorder.note_allocation(ptr)
+        return ptr
+
+    cdef uintptr_t _allocate_core(self, size_t n, uintptr_t s) except? 0:
         cdef uintptr_t ptr
         if self._gil == _GIL_AUTO and self._since_refresh >= _REFRESH_EVERY:
             self._refresh_headroom()
@@ -233,6 +243,49 @@ cdef class _PoolResource(DeviceMemoryResource):
                 "recorded_blocks": v.recorded_blocks, "reclaims": v.reclaims,
                 "reclaimed_blocks": v.reclaimed_blocks, "charged_high": v.charged_high,
                 "streams": v.streams}
+
+    def record_history(self, max_events=65536, stacks="none"):
+        """``with mr.record_history() as h:`` records what this resource does: every allocation
+        and free, front-cache hit and put, pool growth and trim, and failed allocation, with
+        time, address, size, stream and the pool's reserved and used bytes after it.
+
+        ``max_events`` bounds the ring the events go into (the oldest are dropped when it is
+        full, and counted); ``stacks="python"`` adds the Python stack of each allocation (off
+        by default: it costs a stack walk per allocation). One recording at a time per
+        resource (its copies share it). ``h.history()`` gives the
+        :class:`asyncmr.history.History` (also while recording), ``h.snapshot()`` and
+        ``h.save(path)`` the snapshot PyTorch's memory viewer opens, ``h.outstanding()`` what
+        is live. While it records, a MemoryError from :meth:`allocate` also names the largest
+        outstanding allocations. See docs/HISTORY.md.
+        """
+        from asyncmr._recorder import HistoryRecorder
+
+        return HistoryRecorder(self, max_events, stacks)
+
+    def _start_history(self, size_t max_events, recorder):
+        if self._recorder is not None:
+            raise RuntimeError("asyncmr: a history is being recorded on this resource already "
+                               "(one at a time; leave that `with` block first)")
+        self.c_base.start_history(max_events)
+        self._recorder = recorder
+
+    def _read_history(self, bint stop=False):
+        """(events as dicts, dropped); stops the recording when ``stop``."""
+        cdef uint64_t dropped = 0
+        cdef vector[history_event] events
+        if stop:
+            self._recorder = None
+            events = self.c_base.stop_history(dropped)
+        else:
+            events = self.c_base.read_history(dropped)
+        out = []
+        cdef history_event e
+        for e in events:
+            out.append({"time_ns": e.time_ns, "action": _HISTORY_ACTIONS[<uint32_t>e.action],
+                        "address": e.address, "bytes": e.bytes, "stream": e.stream,
+                        "reserved": e.reserved, "used": e.used, "cached": e.cached,
+                        "frames": []})
+        return out, dropped
 
     def reset_peaks(self):
         """Reset the pool's used and reserved watermarks."""

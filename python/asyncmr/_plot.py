@@ -1,0 +1,137 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The timeline behind ``asyncmr.history.plot`` and ``python -m asyncmr plot``: reserved, used
+and cached bytes over time per history, phases shaded, one lane per worker.
+
+matplotlib is imported only when a timeline is drawn, and drawn on a figure of its own with the
+Agg canvas: pyplot's global state (its backend, its current figure) is left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from asyncmr.history import History
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+_GIB = 1 << 30
+_MIB = 1 << 20
+# (event key, legend label, colour): the pool's two figures and the front cache's.
+_SERIES = (("reserved", "reserved (pool)", "C0"),
+           ("used", "used (pool)", "C1"),
+           ("cached", "cached (front cache)", "C2"))
+_PHASE_COLOURS = ("C4", "C5", "C6", "C8", "C9")
+
+
+def lane_name(history: History) -> str:
+    """A lane's title: the worker, or the pool and its device."""
+    h = history.header
+    if h["worker"] is not None:
+        return str(h["worker"])
+    where = f" on device {h['device']}" if h["device"] is not None else ""
+    return f"{h['kind']} pool {h['pool']:#x}{where}"
+
+
+def lanes_of(history_or_many: History | Mapping[str, History]) -> list[tuple[str, History]]:
+    """(title, history) per lane, in the order given."""
+    if isinstance(history_or_many, History):
+        return [(lane_name(history_or_many), history_or_many)]
+    if not isinstance(history_or_many, Mapping):
+        raise TypeError(f"asyncmr: history_or_many must be a History or a dict of them, got "
+                        f"{type(history_or_many).__name__}")
+    lanes = []
+    for name, h in history_or_many.items():
+        if not isinstance(h, History):
+            raise TypeError(f"asyncmr: histories[{name!r}] must be a History, got "
+                            f"{type(h).__name__}")
+        lanes.append((str(name), h))
+    if not lanes:
+        raise ValueError("asyncmr: no histories to plot")
+    return lanes
+
+
+def unit_for(peak: int) -> tuple[str, int]:
+    """GiB for a peak of 1 GiB or more, MiB below."""
+    return ("GiB", _GIB) if peak >= _GIB else ("MiB", _MIB)
+
+
+def draw(history_or_many: History | Mapping[str, History], out_path: Path,
+         title: str | None) -> Path:
+    """Writes the timeline PNG to ``out_path`` and returns it (see asyncmr.history.plot)."""
+    lanes = lanes_of(history_or_many)
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise ImportError("the history timeline needs matplotlib (pip install matplotlib)") from e
+
+    peak = max((max(e["reserved"], e["used"], e["cached"])
+                for _, h in lanes for e in h.events), default=0)
+    unit, scale = unit_for(peak)
+    fig = Figure(figsize=(11.0, 1.2 + 2.8 * len(lanes)), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(lanes), 1, squeeze=False)[:, 0]
+    for ax, (name, history) in zip(axes, lanes):
+        _lane(ax, name, history, unit, scale)
+    if title is None:
+        kinds = sorted({h.header["kind"] for _, h in lanes})
+        title = f"asyncmr allocation history: {', '.join(kinds)} pool" + (
+            f"s of {len(lanes)} workers" if len(lanes) > 1 else "")
+    fig.suptitle(title)
+    fig.savefig(out_path, format="png", dpi=100)
+    return out_path
+
+
+def _lane(ax: Axes, name: str, history: History, unit: str, scale: int) -> None:
+    dropped = history.dropped
+    ax.set_title(name + (f"  ({dropped} oldest events dropped: the lane starts later)"
+                         if dropped else ""), loc="left", fontsize=10)
+    ax.set_ylabel(f"bytes ({unit})")
+    ax.set_xlabel("time (s since this lane's first event)")
+    ax.grid(alpha=0.3)
+    # The recorder's order can be a few ns out of time order across threads: draw in time.
+    events = sorted(history.events, key=lambda e: e["time_ns"])
+    if not events:
+        ax.text(0.5, 0.5, "no events recorded", transform=ax.transAxes, ha="center",
+                va="center", color="0.4")
+        ax.set_ylim(0, 1)
+        return
+    t0, t_end = events[0]["time_ns"], events[-1]["time_ns"]
+    xs = [(e["time_ns"] - t0) / 1e9 for e in events]
+    # The state after the last event drawn a little past it, where it can be seen.
+    x_end = max(xs[-1] * 1.03, 1e-9)
+    for key, label, colour in _SERIES:
+        ys = [e[key] / scale for e in events]
+        ax.step(xs + [x_end], ys + ys[-1:], where="post", color=colour, label=label)
+    ooms = [(x, e["used"] / scale) for x, e in zip(xs, events) if e["action"] == "oom"]
+    if ooms:
+        ax.plot([x for x, _ in ooms], [y for _, y in ooms], "x", color="red", markersize=9,
+                label=f"failed allocation ({len(ooms)})")
+    _phases(ax, history.header["phases"], t0, t_end, x_end)
+    ax.set_ylim(bottom=0)
+    ax.set_xlim(0, x_end)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+
+
+def _phases(ax: Axes, phases: Sequence[dict[str, Any]], t0: int, t_end: int,
+            x_end: float) -> None:
+    """Each phase as a shaded span with its name, clipped to the lane's events (a phase still
+    open runs to the lane's end)."""
+    for i, phase in enumerate(phases):
+        start = (max(phase["start_ns"], t0) - t0) / 1e9
+        if phase["end_ns"] is None:
+            end = x_end
+        else:
+            end = (min(phase["end_ns"], t_end) - t0) / 1e9
+        if end < start:
+            continue  # entirely outside the events this lane holds
+        colour = _PHASE_COLOURS[i % len(_PHASE_COLOURS)]
+        if end > start:
+            ax.axvspan(start, end, color=colour, alpha=0.15, linewidth=0)
+        else:
+            ax.axvline(start, color=colour, alpha=0.6)
+        ax.text(start, 0.98, f" {phase['name']}", transform=ax.get_xaxis_transform(), ha="left",
+                va="top", fontsize=8, color=colour, clip_on=True)

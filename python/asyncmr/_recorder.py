@@ -1,0 +1,141 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``mr.record_history()``: the context manager that runs a resource's recording (the C++ ring,
+``detail/history.hpp``) and turns what it recorded into an :class:`asyncmr.history.History`."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections import defaultdict, deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from os import PathLike
+from typing import Any
+
+STACK_MODES = ("none", "python")
+MAX_EVENTS = 1 << 26  # the C++ ring's limit (history_ring::max_capacity)
+_FRAMES = 32  # the innermost frames kept per allocation
+
+
+def _kind(mr: Any) -> str:
+    name = type(mr).__name__
+    for kind in ("pinned", "device", "managed"):
+        if kind in name.lower():
+            return kind
+    raise TypeError(f"asyncmr: record_history needs an asyncmr resource, got {name}")
+
+
+class HistoryRecorder:
+    """``with mr.record_history(max_events=65536, stacks="none") as h:``; see
+    ``_PoolResource.record_history``. Usable once: a second ``with`` raises RuntimeError."""
+
+    def __init__(self, mr: Any, max_events: int = 65536, stacks: str = "none") -> None:
+        if isinstance(max_events, bool) or not isinstance(max_events, int):
+            raise TypeError(f"asyncmr: max_events must be an int, got {type(max_events).__name__}")
+        if not 1 <= max_events <= MAX_EVENTS:
+            raise ValueError(f"asyncmr: max_events must be between 1 and {MAX_EVENTS}, "
+                             f"got {max_events}")
+        if stacks not in STACK_MODES:
+            raise ValueError(f"asyncmr: stacks must be one of {STACK_MODES}, got {stacks!r}")
+        self._mr = mr
+        self._kind = _kind(mr)
+        self._max_events = max_events
+        self._stacks = stacks
+        # (address, frames) of each allocation, as many as the ring holds events.
+        self._frames: deque[tuple[int, list[dict[str, Any]]]] = deque(maxlen=max_events)
+        self._state = "new"
+        self._result: tuple[list[dict[str, Any]], int] | None = None
+        self._phases: list[dict[str, Any]] = []
+
+    def __enter__(self) -> HistoryRecorder:
+        if self._state != "new":
+            raise RuntimeError("asyncmr: this recorder was used already; call "
+                               "record_history() again for a new recording")
+        self._mr._start_history(self._max_events, self)
+        self._state = "recording"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._state == "recording":
+            self._result = self._mr._read_history(True)
+            self._state = "done"
+
+    @property
+    def recording(self) -> bool:
+        """True inside the ``with`` block."""
+        return self._state == "recording"
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """``with h.phase("load"):`` names a span of the recording (shaded in ``plot``). The
+        clock is the events' (CLOCK_MONOTONIC, which std::chrono::steady_clock reads)."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"asyncmr: a phase needs a non-empty name, got {name!r}")
+        entry: dict[str, Any] = {"name": name, "start_ns": time.monotonic_ns(), "end_ns": None}
+        self._phases.append(entry)
+        try:
+            yield
+        finally:
+            entry["end_ns"] = time.monotonic_ns()
+
+    # ---- called by the resource -------------------------------------------------------------
+
+    def note_allocation(self, ptr: int) -> None:
+        """The Python stack of an allocation, when stacks="python"."""
+        if self._stacks == "python" and ptr:
+            frames = traceback.extract_stack(limit=_FRAMES + 2)[:-2]
+            self._frames.append((ptr, [{"filename": f.filename, "line": f.lineno or 0,
+                                        "name": f.name} for f in reversed(frames)]))
+
+    def describe_outstanding(self, largest: int = 5) -> str:
+        """The largest allocations live now, for an out-of-memory message."""
+        try:
+            live = self.history().outstanding()
+        except Exception as e:  # noqa: BLE001 - the message must not fail
+            return f"outstanding allocations unknown ({e})"
+        if not live:
+            return "recorded history: no outstanding allocations"
+        top = ", ".join(f"{a['bytes']} bytes at {a['address']:#x} on stream {a['stream']:#x} "
+                        f"({a['age_s']:.3f} s old)" for a in live[:largest])
+        return f"largest outstanding allocations of {len(live)} (recorded history): {top}"
+
+    # ---- what was recorded ------------------------------------------------------------------
+
+    def _events(self) -> tuple[list[dict[str, Any]], int]:
+        if self._state == "recording":
+            return self._mr._read_history(False)
+        if self._result is None:
+            raise RuntimeError("asyncmr: nothing recorded yet: use the recorder in a `with` block")
+        return self._result
+
+    def history(self) -> Any:
+        """The :class:`asyncmr.history.History` recorded so far (or in all, after the block)."""
+        from asyncmr.history import History
+
+        events, dropped = self._events()
+        if self._stacks == "python":
+            # Each allocation's stack, matched in order per address.
+            queues: dict[int, deque[list[dict[str, Any]]]] = defaultdict(deque)
+            for address, frames in self._frames:
+                queues[address].append(frames)
+            for e in events:
+                if e["action"] in ("alloc", "cache_hit") and queues.get(e["address"]):
+                    e["frames"] = queues[e["address"]].popleft()
+        device = getattr(self._mr, "device", None) if self._kind != "pinned" else None
+        header: dict[str, Any] = {
+            "version": 1, "kind": self._kind, "pool": int(self._mr.pool_handle),
+            "device": device, "max_events": self._max_events, "dropped": int(dropped),
+            "stacks": self._stacks, "phases": [dict(p) for p in self._phases], "worker": None}
+        return History(header, events)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The snapshot PyTorch's memory viewer opens (``History.snapshot``)."""
+        return dict(self.history().snapshot())
+
+    def save(self, path: str | PathLike[str]) -> None:
+        """Writes the snapshot (``History.save``)."""
+        self.history().save(path)
+
+    def outstanding(self) -> list[dict[str, Any]]:
+        """What is live now, largest first (``History.outstanding``)."""
+        return list(self.history().outstanding())

@@ -1,0 +1,556 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Allocation history (asyncmr.history), on any machine: building a History from events,
+what is outstanding, the PyTorch snapshot it makes, its files, the timeline and the command.
+
+The events here are synthetic, shaped like the recorder's (src/pool_history.cpp): the GPU tests
+of the recording itself are with the resources' tests."""
+
+import pickle
+import pickletools
+
+import pytest
+
+from asyncmr import history as hist
+from asyncmr.history import History
+
+MiB = 1 << 20
+KiB = 1 << 10
+POOL = 0x5A5A0000
+S1, S2 = 0x7F00AA00, 0x7F00BB00  # two streams' handle values
+BASE = 0x7F4000000000  # where the pool's blocks are
+A, B, C, D = BASE, BASE + 1 * MiB, BASE + 2 * MiB, BASE + 4 * MiB
+FAR = BASE + (1 << 30)  # a block far from the others: a segment of its own
+
+
+def frame(name, line=10):
+    return {"filename": "train.py", "line": line, "name": name}
+
+
+class Recorder:
+    """Makes events the way the recorder does: each one stamped with the pool's reserved and
+    used bytes and the front cache's bytes right after it."""
+
+    def __init__(self, t=1_000_000, reserved=0, used=0):
+        self.events, self.t, self.reserved, self.used, self.cached = [], t, reserved, used, 0
+
+    def __call__(self, action, address=0, nbytes=0, stream=S1, frames=(), evicts=False):
+        self.t += 1000
+        if action == "alloc":
+            self.used += nbytes
+        elif action == "cache_hit":
+            self.cached -= nbytes
+        elif action == "cache_put":
+            self.cached += nbytes
+        elif action == "free":
+            self.used -= nbytes
+            self.cached -= nbytes if evicts else 0
+        elif action == "grow":
+            self.reserved += nbytes
+        elif action == "trim":
+            self.reserved -= nbytes
+        self.events.append({"time_ns": self.t, "action": action, "address": address,
+                            "bytes": nbytes, "stream": stream, "reserved": self.reserved,
+                            "used": self.used, "cached": self.cached, "frames": list(frames)})
+        return self.t
+
+
+def make_events():
+    """A few allocs on two streams, a cache_put and its cache_hit, frees, a grow, a trim, an oom,
+    and a free of a cached block (the cache giving it back to the pool)."""
+    r = Recorder()
+    r("grow", 0, 4 * MiB)
+    r("alloc", A, 1 * MiB, S1, [frame("load")])
+    r("alloc", B, 512 * KiB, S2, [frame("embed")])
+    r("alloc", C, 256 * KiB, S1, [frame("batch")])
+    r("cache_put", B, 512 * KiB, S2)
+    r("cache_hit", B, 512 * KiB, S1, [frame("step", 20)])
+    r("free", A, 1 * MiB, S1)
+    r("grow", 0, 4 * MiB)
+    r("alloc", D, 2 * MiB, S2, [frame("grad")])
+    r("oom", 0, 64 * MiB, S1)
+    r("cache_put", C, 256 * KiB, S1)
+    r("free", C, 256 * KiB, S1, evicts=True)
+    r("trim", 0, 2 * MiB)
+    return r.events
+
+
+def make_header(**changes):
+    header = {"version": 1, "kind": "device", "pool": POOL, "device": 0, "max_events": 1024,
+              "dropped": 0, "stacks": "python",
+              "phases": [{"name": "load", "start_ns": 1_001_000, "end_ns": 1_005_000},
+                         {"name": "train", "start_ns": 1_005_000, "end_ns": None}],
+              "worker": None}
+    header.update(changes)
+    return header
+
+
+def make_history(events=None, **changes):
+    return History(make_header(**changes), make_events() if events is None else events)
+
+
+def actions(snapshot, device=0):
+    return [(e["action"], e.get("addr")) for e in snapshot["device_traces"][device]]
+
+
+# ---- building a History --------------------------------------------------------------------------
+
+def test_a_history_holds_the_header_and_the_events_in_order():
+    events = make_events()
+    h = History(make_header(dropped=3), events)
+    assert len(h) == len(events) == 13
+    assert isinstance(h.events, tuple)
+    assert [e["action"] for e in h.events] == [e["action"] for e in events]
+    assert h.dropped == 3 and h.header["kind"] == "device" and h.header["pool"] == POOL
+
+
+def test_a_history_does_not_change_when_its_inputs_or_copies_do():
+    events, header = make_events(), make_header()
+    h = History(header, events)
+    events[1]["bytes"] = 7
+    events[1]["frames"].clear()
+    header["phases"].clear()
+    h.header["phases"].append({"name": "x", "start_ns": 0, "end_ns": None})
+    assert h.events[1]["bytes"] == MiB and h.events[1]["frames"] == [frame("load")]
+    assert len(h.header["phases"]) == 2
+
+
+def test_repr_is_short_and_names_the_pool():
+    text = repr(make_history(worker="tcp://10.0.0.1:4000"))
+    assert text == ("<History: device pool 0x5a5a0000 on device 0 of tcp://10.0.0.1:4000, "
+                    "13 events, 0 dropped>")
+
+
+def test_events_slightly_out_of_time_order_are_kept():
+    # The recorder reads its clock before an event takes its ring slot: two threads can land
+    # a few ns out of order. A History must still build (the binding builds one for an OOM).
+    events = make_events()
+    events[3]["time_ns"] = events[2]["time_ns"] - 5
+    assert len(History(make_header(), events)) == 13
+
+
+# ---- outstanding ---------------------------------------------------------------------------------
+
+def test_outstanding_lists_the_live_blocks_largest_first():
+    live = make_history().outstanding()
+    assert [(b["address"], b["bytes"], b["stream"]) for b in live] == [
+        (D, 2 * MiB, S2), (B, 512 * KiB, S1)]
+    assert live[1]["frames"] == [frame("step", 20)]  # the cache hit's stack, not the first alloc's
+    assert set(live[0]) == {"address", "bytes", "stream", "age_s", "frames"}
+
+
+def test_outstanding_breaks_ties_oldest_first():
+    r = Recorder()
+    r("alloc", A, MiB)
+    r("alloc", B, MiB)
+    r("alloc", C, 2 * KiB)
+    assert [b["address"] for b in History(make_header(), r.events).outstanding()] == [A, B, C]
+
+
+def test_a_block_in_the_front_cache_is_not_outstanding():
+    r = Recorder()
+    r("alloc", A, MiB)
+    r("cache_put", A, MiB)
+    assert History(make_header(), r.events).outstanding() == []
+
+
+def test_outstanding_ages_are_seconds_to_the_last_event_or_to_now_ns():
+    h = make_history()
+    last = h.events[-1]["time_ns"]
+    d_time = next(e["time_ns"] for e in h.events if e["address"] == D)
+    assert h.outstanding()[0]["age_s"] == pytest.approx((last - d_time) / 1e9)
+    assert h.outstanding(now_ns=last + 2_000_000_000)[0]["age_s"] == pytest.approx(
+        (last + 2_000_000_000 - d_time) / 1e9)
+    with pytest.raises(ValueError, match="now_ns .* is before the history's latest event"):
+        h.outstanding(now_ns=last - 1)
+
+
+def test_an_allocation_at_a_live_address_ends_the_earlier_block():
+    # Thread 1 frees A and notes it only after thread 2's allocation, which the pool served at A,
+    # was noted: the late free belongs to the earlier block, and the new block stays live.
+    r = Recorder()
+    r("alloc", A, MiB, S1)
+    r("alloc", A, 2 * MiB, S2)
+    r("free", A, MiB, S1)
+    h = History(make_header(), r.events)
+    assert [(b["address"], b["bytes"]) for b in h.outstanding()] == [(A, 2 * MiB)]
+    assert actions(h.snapshot()) == [("alloc", A), ("free_requested", A), ("free_completed", A),
+                                     ("alloc", A)]
+
+
+def test_of_two_overlapping_live_blocks_the_newer_is_live():
+    # The pool joined A's freed block with its neighbour and served B' from both before A's free
+    # was noted (a read while recording): the newer block is the live one, and the snapshot
+    # still tiles its segments.
+    r = Recorder()
+    r("alloc", A, MiB, S1)
+    r("alloc", A - 512 * KiB, MiB, S2)
+    h = History(make_header(), r.events)
+    assert [b["address"] for b in h.outstanding()] == [A - 512 * KiB]
+    [seg] = h.snapshot()["segments"]
+    assert [(b["address"], b["state"]) for b in seg["blocks"]] == [
+        (A - 512 * KiB, "active_allocated"), (A + 512 * KiB, "inactive")]
+
+
+# ---- the PyTorch snapshot ------------------------------------------------------------------------
+
+def test_the_snapshot_has_segments_device_traces_and_the_raw_history():
+    snap = make_history().snapshot()
+    assert set(snap) == {"segments", "device_traces", "asyncmr"}
+    assert set(snap["asyncmr"]) == {"header", "events"}
+    again = History(snap["asyncmr"]["header"], snap["asyncmr"]["events"])
+    assert again.events == make_history().events
+
+
+def test_actions_map_to_pytorchs_as_the_user_saw_them():
+    # cache_put is a free from the user's view; the later free of that cached block (the cache
+    # giving it back to the pool) is not; grow and trim are not trace entries.
+    assert actions(make_history().snapshot()) == [
+        ("alloc", A), ("alloc", B), ("alloc", C),
+        ("free_requested", B), ("free_completed", B),  # cache_put
+        ("alloc", B),  # cache_hit
+        ("free_requested", A), ("free_completed", A),
+        ("alloc", D),
+        ("oom", None),
+        ("free_requested", C), ("free_completed", C),  # cache_put
+    ]
+
+
+def test_a_free_is_requested_and_completed_at_once():
+    # MemoryViz.js joins a free_requested directly followed by its free_completed into "free".
+    trace = make_history().snapshot()["device_traces"][0]
+    for i, e in enumerate(trace):
+        if e["action"] == "free_requested":
+            assert trace[i + 1]["action"] == "free_completed"
+            assert trace[i + 1]["addr"] == e["addr"] and trace[i + 1]["time_us"] == e["time_us"]
+
+
+def test_every_trace_entry_has_the_keys_pytorchs_viewer_reads():
+    for e in make_history().snapshot()["device_traces"][0]:
+        if e["action"] == "oom":
+            assert set(e) == {"action", "size", "stream", "time_us", "frames", "device_free"}
+        else:
+            assert set(e) == {"action", "addr", "size", "stream", "time_us", "frames"}
+        # A "category" key makes the viewer's timeline look up snapshot.categores (sic) and fail.
+        assert "category" not in e
+
+
+def test_trace_times_are_microseconds_of_the_events():
+    h = make_history()
+    trace = h.snapshot()["device_traces"][0]
+    assert trace[0]["time_us"] == h.events[1]["time_ns"] // 1000
+    assert all(isinstance(e["time_us"], int) for e in trace)
+
+
+def test_a_free_carries_the_stack_of_its_allocation():
+    trace = make_history().snapshot()["device_traces"][0]
+    free_a = next(e for e in trace if e["action"] == "free_completed" and e["addr"] == A)
+    assert free_a["frames"] == [frame("load")] and free_a["size"] == MiB
+
+
+def test_an_oom_entry_says_what_was_asked_and_the_pools_unused_reserve():
+    oom = next(e for e in make_history().snapshot()["device_traces"][0] if e["action"] == "oom")
+    assert oom["size"] == 64 * MiB and oom["stream"] == S1
+    assert oom["device_free"] == 8 * MiB - (512 * KiB + 256 * KiB + 2 * MiB)
+
+
+@pytest.mark.parametrize("device, kind, index", [(2, "device", 2), (None, "pinned", 0),
+                                                 (1, "managed", 1)])
+def test_the_trace_is_at_the_pools_device_index(device, kind, index):
+    traces = make_history(device=device, kind=kind).snapshot()["device_traces"]
+    assert len(traces) == index + 1
+    assert all(t == [] for t in traces[:index]) and len(traces[index]) == 12
+    assert {s["device"] for s in make_history(device=device, kind=kind).snapshot()["segments"]} == {
+        index}
+
+
+def test_live_blocks_are_the_active_blocks_of_the_segments():
+    snap = make_history().snapshot()
+    active = {(b["address"], b["size"], tuple(f["name"] for f in b["frames"]))
+              for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated"}
+    assert active == {(D, 2 * MiB, ("grad",)), (B, 512 * KiB, ("step",))}
+
+
+def test_segments_are_tiled_by_their_blocks_as_the_viewer_reads_them():
+    # The viewer ignores a block's address: it is the segment's plus the sizes before it.
+    keys = {"device", "address", "total_size", "allocated_size", "active_size", "requested_size",
+            "stream", "segment_type", "segment_pool_id", "is_expandable", "frames", "blocks"}
+    for seg in make_history().snapshot()["segments"]:
+        assert set(seg) == keys
+        offset = seg["address"]
+        for b in seg["blocks"]:
+            assert set(b) == {"address", "size", "requested_size", "state", "frames"}
+            assert b["address"] == offset and b["size"] > 0
+            offset += b["size"]
+        assert offset == seg["address"] + seg["total_size"]
+        assert seg["allocated_size"] == sum(b["size"] for b in seg["blocks"]
+                                            if b["state"] == "active_allocated")
+
+
+def test_every_traced_block_lies_in_a_segment():
+    # The viewer's "Allocator State History" replays the trace backwards over the segments and
+    # fails on a block outside every segment; the trace has no segment events, so the final
+    # segments must hold every block the trace names.
+    events = make_events()
+    r = Recorder(t=events[-1]["time_ns"], reserved=events[-1]["reserved"], used=MiB)
+    r("free", FAR, MiB)  # allocated before the history began
+    events += r.events
+    snap = History(make_header(), events).snapshot()
+    spans = [(s["address"], s["address"] + s["total_size"]) for s in snap["segments"]]
+    for e in snap["device_traces"][0]:
+        assert not e["action"].startswith("segment")
+        if "addr" in e:
+            assert any(lo <= e["addr"] and e["addr"] + e["size"] <= hi for lo, hi in spans), e
+
+
+def test_blocks_far_apart_are_separate_segments():
+    r = Recorder()
+    r("alloc", A, MiB)
+    r("alloc", FAR, 3 * MiB, S2)
+    segs = History(make_header(), r.events).snapshot()["segments"]
+    assert [(s["address"], s["total_size"], s["stream"], s["segment_type"]) for s in segs] == [
+        (A, MiB, S1, "small"), (FAR, 3 * MiB, S2, "large")]
+
+
+def test_a_free_whose_allocation_is_older_than_the_history_is_traced():
+    # The viewer draws a free with no alloc before it as a block live from the start.
+    r = Recorder(reserved=2 * MiB, used=MiB)
+    r("free", A, MiB)
+    assert actions(History(make_header(), r.events).snapshot()) == [
+        ("free_requested", A), ("free_completed", A)]
+
+
+def test_empty_allocations_are_left_out_of_the_snapshot():
+    r = Recorder()
+    r("alloc", 0, 0)
+    r("alloc", A, MiB)
+    snap = History(make_header(), r.events).snapshot()
+    assert actions(snap) == [("alloc", A)]
+    assert [s["address"] for s in snap["segments"]] == [A]
+
+
+# ---- files ---------------------------------------------------------------------------------------
+
+# The opcodes MemoryViz.js's unpickle() knows (torch/utils/viz/MemoryViz.js): any other opcode,
+# or a protocol above 4, and the viewer throws.
+VIEWER_OPCODES = {
+    "APPENDS", "BINGET", "BININT", "BININT1", "BININT2", "EMPTY_DICT", "EMPTY_LIST", "FRAME",
+    "LONG1", "LONG_BINGET", "MARK", "MEMOIZE", "PROTO", "SETITEMS", "SHORT_BINUNICODE", "STOP",
+    "TUPLE2", "APPEND", "NEWFALSE", "BINPUT", "BINUNICODE", "EMPTY_TUPLE", "NEWTRUE", "NONE",
+    "BINFLOAT", "TUPLE", "TUPLE1", "TUPLE3", "LONG_BINPUT", "LIST", "DICT", "SETITEM"}
+
+
+def test_a_saved_snapshot_uses_only_what_pytorchs_viewer_unpickles(tmp_path):
+    path = tmp_path / "snapshot.pickle"
+    make_history().save(path)
+    ops = list(pickletools.genops(path.read_bytes()))
+    assert ops[0][0].name == "PROTO" and 2 <= ops[0][1] <= 4
+    assert {op.name for op, _, _ in ops} <= VIEWER_OPCODES
+
+
+def test_save_and_load_give_the_same_history(tmp_path):
+    h = make_history(dropped=5, worker="tcp://w1:1")
+    path = tmp_path / "h.pickle"
+    h.save(path)
+    back = hist.load(path)
+    assert back.header == h.header and back.events == h.events
+    with open(path, "rb") as f:
+        assert pickle.load(f)["device_traces"] == h.snapshot()["device_traces"]
+
+
+def test_load_of_a_file_that_is_not_a_pickle_names_it(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("not a pickle")
+    with pytest.raises(ValueError, match=r"notes\.txt is not a history file: it does not unpickle"):
+        hist.load(path)
+
+
+def test_load_of_a_foreign_pickle_names_it(tmp_path):
+    path = tmp_path / "other.pickle"
+    path.write_bytes(pickle.dumps({"segments": [], "device_traces": [[]]}))
+    with pytest.raises(ValueError, match=r"other\.pickle is a PyTorch memory snapshot without "
+                                         r"asyncmr's history \(no 'asyncmr' key\)"):
+        hist.load(path)
+    path.write_bytes(pickle.dumps([1, 2]))
+    with pytest.raises(ValueError, match=r"other\.pickle is a pickled list, not an asyncmr"):
+        hist.load(path)
+
+
+def test_load_refuses_a_pickle_that_names_a_class_without_running_it(tmp_path):
+    path = tmp_path / "evil.pickle"
+    path.write_bytes(pickle.dumps({"asyncmr": ValueError("boom")}))
+    with pytest.raises(ValueError, match=r"evil\.pickle is not a history file: it holds a "
+                                         r"builtins\.ValueError object \(refused"):
+        hist.load(path)
+
+
+def test_load_of_a_malformed_history_names_the_file_and_the_field(tmp_path):
+    path = tmp_path / "bad.pickle"
+    snap = make_history().snapshot()
+    snap["asyncmr"]["events"][2]["action"] = "malloc"
+    path.write_bytes(pickle.dumps(snap))
+    with pytest.raises(ValueError, match=r"bad\.pickle holds a malformed history: "
+                                         r"events\[2\]\['action'\] is 'malloc'"):
+        hist.load(path)
+
+
+def test_one_and_many_files_each_point_to_their_reader(tmp_path):
+    one, many = tmp_path / "one.pickle", tmp_path / "many.pickle"
+    make_history().save(one)
+    hist.save_many(many, {"w1": make_history()})
+    with pytest.raises(ValueError, match="holds 1 histories .* read it with load_many"):
+        hist.load(many)
+    with pytest.raises(ValueError, match="holds one history .* read it with load"):
+        hist.load_many(one)
+
+
+@pytest.mark.parametrize("change, exc, match", [
+    ({"version": 2}, ValueError, r"header\['version'\] is 2; this asyncmr reads version 1"),
+    ({"kind": "host"}, ValueError, r"header\['kind'\] is 'host'; expected one of"),
+    ({"kind": 3}, TypeError, r"header\['kind'\] must be a str, got int"),
+    ({"pool": 0}, ValueError, r"header\['pool'\] must be >= 1"),
+    ({"pool": "0x1"}, TypeError, r"header\['pool'\] must be an int, got str"),
+    ({"device": None}, ValueError, r"header\['device'\] is None for a device pool"),
+    ({"kind": "pinned"}, ValueError, r"header\['device'\] is 0 for a pinned pool"),
+    ({"device": -1}, ValueError, r"header\['device'\] must be >= 0"),
+    ({"dropped": True}, TypeError, r"header\['dropped'\] must be an int, got bool"),
+    ({"stacks": "all"}, ValueError, r"header\['stacks'\] is 'all'"),
+    ({"phases": {}}, TypeError, r"header\['phases'\] must be a list"),
+    ({"phases": [{"name": "a", "start_ns": 5, "end_ns": 4}]}, ValueError,
+     r"header\['phases'\]\[0\]\['end_ns'\] \(4\) is before its start_ns \(5\)"),
+    ({"phases": [{"name": "a", "end_ns": 4}]}, ValueError,
+     r"header\['phases'\]\[0\] has no 'start_ns'"),
+    ({"worker": 7}, TypeError, r"header\['worker'\] must be a str"),
+])
+def test_a_bad_header_is_refused_naming_the_field(change, exc, match):
+    with pytest.raises(exc, match=match):
+        History(make_header(**change), make_events())
+
+
+def test_a_header_without_a_field_is_refused_naming_it():
+    header = make_header()
+    del header["max_events"]
+    with pytest.raises(ValueError, match=r"header has no 'max_events'"):
+        History(header, [])
+    with pytest.raises(TypeError, match=r"header must be a dict, got list"):
+        History([], [])
+
+
+@pytest.mark.parametrize("index, change, exc, match", [
+    (1, {"action": "malloc"}, ValueError, r"events\[1\]\['action'\] is 'malloc'"),
+    (1, {"bytes": -1}, ValueError, r"events\[1\]\['bytes'\] must be >= 0"),
+    (2, {"stream": 1.0}, TypeError, r"events\[2\]\['stream'\] must be an int, got float"),
+    (3, {"frames": None}, TypeError, r"events\[3\]\['frames'\] must be a list"),
+    (6, {"frames": [frame("f")]}, ValueError,
+     r"events\[6\]\['frames'\]: only alloc and cache_hit events carry frames, this one is 'free'"),
+    (1, {"frames": [{"filename": "a.py", "line": "3", "name": "f"}]}, TypeError,
+     r"events\[1\]\['frames'\]\[0\]\['line'\] must be an int"),
+])
+def test_a_bad_event_is_refused_naming_the_field(index, change, exc, match):
+    events = make_events()
+    events[index].update(change)
+    with pytest.raises(exc, match=match):
+        History(make_header(), events)
+
+
+def test_an_event_without_a_field_or_frames_without_stacks_is_refused():
+    events = make_events()
+    del events[4]["used"]
+    with pytest.raises(ValueError, match=r"events\[4\] has no 'used'"):
+        History(make_header(), events)
+    with pytest.raises(ValueError, match=r"events\[1\]\['frames'\] is not empty, but "
+                                         r"header\['stacks'\] is 'none'"):
+        History(make_header(stacks="none"), make_events())
+    with pytest.raises(TypeError, match="events must be a list of event dicts, got dict"):
+        History(make_header(), {})
+
+
+# ---- many workers --------------------------------------------------------------------------------
+
+def test_gather_save_many_and_load_many_keep_each_workers_history(tmp_path):
+    histories = {"tcp://10.0.0.1:4000": make_history(),
+                 "tcp://10.0.0.2:4000": make_history(kind="managed", device=1)}
+    gathered = hist.gather(histories)
+    assert set(gathered) == {"asyncmr_histories"}
+    assert {w: r["header"]["worker"] for w, r in gathered["asyncmr_histories"].items()} == {
+        w: w for w in histories}
+    path = tmp_path / "cluster.pickle"
+    hist.save_many(path, histories)
+    back = hist.load_many(path)
+    assert list(back) == list(histories)
+    for worker, h in histories.items():
+        assert back[worker].events == h.events
+        assert back[worker].header == {**h.header, "worker": worker}
+
+
+def test_gather_refuses_a_history_under_another_workers_name():
+    with pytest.raises(ValueError, match=r"histories\['w2'\] holds the history of worker 'w1'"):
+        hist.gather({"w2": make_history(worker="w1")})
+    with pytest.raises(TypeError, match=r"histories\['w1'\] must be a History"):
+        hist.gather({"w1": make_history().snapshot()})
+
+
+# ---- the timeline and the command ----------------------------------------------------------------
+
+def _is_png(path):
+    data = path.read_bytes()
+    return len(data) > 1000 and data.startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_plot_writes_a_png_of_one_history(tmp_path):
+    pytest.importorskip("matplotlib", reason="the timeline needs matplotlib")
+    out = hist.plot(make_history(), tmp_path / "one.png", title="one pool")
+    assert out == tmp_path / "one.png" and _is_png(out)
+
+
+def test_plot_writes_a_png_of_many_workers_one_lane_each(tmp_path):
+    pytest.importorskip("matplotlib", reason="the timeline needs matplotlib")
+    many = {"w1": make_history(), "w2": make_history(dropped=4), "w3": make_history(events=[])}
+    assert _is_png(hist.plot(many, tmp_path / "many.png"))
+
+
+def test_a_timeline_is_in_gib_from_a_gib_and_in_mib_below():
+    from asyncmr._plot import unit_for
+
+    assert unit_for(3 << 30) == ("GiB", 1 << 30)
+    assert unit_for((1 << 30) - 1) == ("MiB", 1 << 20)
+
+
+def test_main_plots_a_saved_history_and_exits_0(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="the timeline needs matplotlib")
+    path, out = tmp_path / "h.pickle", tmp_path / "t.png"
+    hist.save_many(path, {"w1": make_history(), "w2": make_history()})
+    assert hist.main([str(path), "-o", str(out), "--title", "cluster"]) == 0
+    assert _is_png(out)
+    assert capsys.readouterr().out == f"asyncmr plot: wrote {out} (2 lanes)\n"
+
+
+def test_main_exits_2_naming_a_file_that_is_not_a_history(tmp_path, capsys):
+    path = tmp_path / "x.pickle"
+    path.write_bytes(b"\x00garbage")
+    assert hist.main([str(path), "-o", str(tmp_path / "t.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"asyncmr plot: {path} is not a history file: it does not unpickle")
+    assert not (tmp_path / "t.png").exists()
+
+
+def test_main_exits_2_for_a_missing_file(tmp_path, capsys):
+    assert hist.main([str(tmp_path / "nothing.pickle")]) == 2
+    assert capsys.readouterr().err == (f"asyncmr plot: cannot read {tmp_path / 'nothing.pickle'}: "
+                                       "No such file or directory\n")
+
+
+# ---- PyTorch's own tools -------------------------------------------------------------------------
+
+def test_pytorchs_memory_viz_renders_the_snapshot():
+    """Not a GPU test (no CUDA is used): it needs only the torch package, which the GPU host has
+    and this project's CPU machines may not; there it skips, naming why."""
+    pytest.importorskip("torch", reason="torch is not installed here; the GPU host has it")
+    from torch.cuda import _memory_viz
+
+    snap = make_history().snapshot()
+    for html in (_memory_viz.trace_plot(snap), _memory_viz.segment_plot(snap)):
+        assert "<html>" in html and "MemoryViz.js" in html
+    # segsum asserts that each segment's blocks add up to it; trace reads every entry's keys.
+    assert "total_allocated: 2.5MiB" in _memory_viz.segsum(snap)
+    text = _memory_viz.trace(snap)
+    assert "raise OutOfMemoryError()" in text and "64.0MiB requested" in text

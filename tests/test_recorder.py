@@ -1,0 +1,232 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A resource's allocation history on the GPU: ``mr.record_history()`` records what each call
+did, with the pool's state; bad input is refused before anything is recorded; recording is safe
+from several threads and during a capture; a recorded CuPy pipeline's snapshot opens in
+PyTorch's memory viewer."""
+
+import threading
+
+import pytest
+from rmm.pylibrmm.stream import Stream
+
+from asyncmr import AsyncDeviceMR, AsyncManagedMR, AsyncPinnedMR
+
+from gpu_helpers import require_module
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def calls(history):
+    """The calls' own events (growth and trims are the driver's choice of moment)."""
+    return [e["action"] for e in history.events if e["action"] not in ("grow", "trim")]
+
+
+@pytest.mark.parametrize("make", [AsyncDeviceMR, AsyncManagedMR, AsyncPinnedMR])
+def test_a_cached_resource_records_allocations_hits_puts_and_growth(gpu, make):
+    mr = make(pool="new", cache=64 * MiB)
+    s = Stream()
+    with mr.record_history(max_events=1024) as h:
+        p = mr.allocate(4 * KiB, s)
+        mr.deallocate(p, 4 * KiB, s)
+        q = mr.allocate(4 * KiB, s)
+        mr.deallocate(q, 4 * KiB, s)
+    history = h.history()
+    assert calls(history) == ["alloc", "cache_put", "cache_hit", "cache_put"]
+    first = history.events[0]
+    assert first["action"] == "grow" and first["bytes"] >= 4 * KiB, history.events
+    alloc = next(e for e in history.events if e["action"] == "alloc")
+    assert alloc["address"] == p and alloc["bytes"] == 4 * KiB
+    assert alloc["stream"] == s.__cuda_stream__()[1] if hasattr(s, "__cuda_stream__") else True
+    assert alloc["reserved"] >= 4 * KiB and alloc["used"] >= 4 * KiB
+    assert history.header["kind"] in ("device", "managed", "pinned")
+    assert history.dropped == 0
+    s.synchronize()
+
+
+def test_an_uncached_resource_records_frees_and_a_trim(gpu):
+    mr = AsyncPinnedMR(pool="new")
+    s = Stream()
+    with mr.record_history() as h:
+        p = mr.allocate(MiB, s)
+        mr.deallocate(p, MiB, s)
+        s.synchronize()
+        mr.trim_to(0)
+    events = h.history().events
+    assert calls(h.history()) == ["alloc", "free"]
+    assert events[-1]["action"] == "trim" and events[-1]["reserved"] == 0, events
+
+
+def test_python_stacks_name_the_allocating_function(gpu):
+    mr = AsyncDeviceMR(pool="new")
+    s = Stream()
+
+    def allocate_here():
+        return mr.allocate(64 * KiB, s)
+
+    with mr.record_history(stacks="python") as h:
+        p = allocate_here()
+        live = h.outstanding()
+    assert live and live[0]["address"] == p
+    names = [f["name"] for f in live[0]["frames"]]
+    assert "allocate_here" in names, live[0]["frames"]
+    mr.deallocate(p, 64 * KiB, s)
+    s.synchronize()
+
+
+def test_phases_are_spans_around_their_events(gpu):
+    mr = AsyncDeviceMR(pool="new")
+    s = Stream()
+    with mr.record_history() as h:
+        with h.phase("load"):
+            p = mr.allocate(MiB, s)
+        with h.phase("free"):
+            mr.deallocate(p, MiB, s)
+    history = h.history()
+    (load, free) = history.header["phases"]
+    alloc = next(e for e in history.events if e["action"] == "alloc")
+    assert load["name"] == "load" and load["start_ns"] <= alloc["time_ns"] <= load["end_ns"]
+    assert free["start_ns"] >= load["end_ns"]
+    with pytest.raises(ValueError, match="name"):
+        with h.phase(""):
+            pass
+    s.synchronize()
+
+
+def test_outstanding_lists_the_largest_first(gpu):
+    mr = AsyncDeviceMR(pool="new")
+    s = Stream()
+    with mr.record_history() as h:
+        blocks = [(mr.allocate(n, s), n) for n in (4 * KiB, MiB, 64 * KiB)]
+        mr.deallocate(blocks[0][0], 4 * KiB, s)
+        live = h.outstanding()
+    assert [a["bytes"] for a in live] == [MiB, 64 * KiB]
+    for p, n in blocks[1:]:
+        mr.deallocate(p, n, s)
+    s.synchronize()
+
+
+def test_out_of_memory_while_recording_names_the_largest_outstanding(gpu):
+    mr = AsyncDeviceMR(pool="new")
+    s = Stream()
+    with mr.record_history() as h:
+        p = mr.allocate(MiB, s)
+        with pytest.raises(MemoryError, match=r"largest outstanding allocations.*1048576 bytes"):
+            mr.allocate(1 << 50, s)
+    assert calls(h.history())[-1] == "oom"
+    mr.deallocate(p, MiB, s)
+    s.synchronize()
+
+
+@pytest.mark.parametrize("bad,error", [(0, ValueError), (-1, ValueError), (1 << 27, ValueError),
+                                       (True, TypeError), ("64", TypeError), (1.5, TypeError)])
+def test_a_bad_max_events_is_refused_and_nothing_records(gpu, bad, error):
+    mr = AsyncDeviceMR(pool="new")
+    with pytest.raises(error, match="max_events"):
+        mr.record_history(max_events=bad)
+    with mr.record_history(max_events=8) as h:  # the resource is as it was
+        pass
+    assert len(h.history()) == 0
+
+
+def test_an_unknown_stacks_mode_is_refused(gpu):
+    with pytest.raises(ValueError, match="stacks"):
+        AsyncDeviceMR(pool="new").record_history(stacks="java")
+
+
+def test_one_recording_at_a_time_and_the_first_goes_on(gpu):
+    mr = AsyncDeviceMR(pool="new")
+    s = Stream()
+    with mr.record_history() as h:
+        with pytest.raises(RuntimeError, match="already"):
+            with mr.record_history():
+                pass
+        p = mr.allocate(4 * KiB, s)
+    assert calls(h.history()) == ["alloc"]
+    with pytest.raises(RuntimeError, match="used already"):
+        with h:
+            pass
+    mr.deallocate(p, 4 * KiB, s)
+    s.synchronize()
+
+
+def test_a_full_ring_keeps_the_newest_and_counts_the_dropped(gpu):
+    mr = AsyncDeviceMR(pool="new", cache=64 * MiB)
+    s = Stream()
+    with mr.record_history(max_events=16) as h:
+        for _ in range(100):
+            mr.deallocate(mr.allocate(4 * KiB, s), 4 * KiB, s)
+    history = h.history()
+    assert len(history) == 16
+    assert history.dropped == history.header["dropped"] >= 100 * 2 - 16
+    s.synchronize()
+
+
+def test_recording_from_many_threads_loses_nothing(gpu):
+    mr = AsyncDeviceMR(pool="new", cache=64 * MiB)
+    n, threads = 500, 4
+
+    def work():
+        s = Stream()
+        for _ in range(n):
+            mr.deallocate(mr.allocate(4 * KiB, s), 4 * KiB, s)
+        s.synchronize()
+
+    with mr.record_history(max_events=1 << 16) as h:
+        ts = [threading.Thread(target=work) for _ in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    got = calls(h.history())
+    assert len(got) == 2 * n * threads and h.history().dropped == 0
+    assert got.count("alloc") + got.count("cache_hit") == n * threads
+
+
+def test_recording_during_a_capture_keeps_it_valid(gpu):
+    cupy = require_module("cupy")
+    mr = AsyncDeviceMR(pool="new")
+    cs = cupy.cuda.Stream(non_blocking=True)
+    rs = Stream(obj=cs)
+    with mr.record_history() as h:
+        with cs:
+            cs.begin_capture(cupy.cuda.runtime.streamCaptureModeGlobal)
+            g = mr.allocate(MiB, rs)  # a graph allocation node; the recorder reads the pool
+            mr.deallocate(g, MiB, rs)
+            graph = cs.end_capture()
+        graph.launch(cs)
+        cs.synchronize()
+    assert calls(h.history()) == ["alloc", "free"]
+
+
+def test_a_recorded_cupy_pipeline_opens_in_pytorchs_memory_viewer(gpu, tmp_path):
+    cupy = require_module("cupy")
+    torch = require_module("torch")
+    import rmm
+    from rmm.allocators.cupy import rmm_cupy_allocator
+
+    from asyncmr.history import load
+
+    mr = AsyncDeviceMR(pool="new", cache=64 * MiB)
+    previous = rmm.mr.get_current_device_resource()
+    rmm.mr.set_current_device_resource(mr)
+    cupy.cuda.set_allocator(rmm_cupy_allocator)
+    try:
+        with mr.record_history() as h:
+            x = cupy.arange(1 << 20, dtype=cupy.float32)
+            y = (x * 2).sum()
+            del x
+            float(y)
+        path = tmp_path / "snapshot.pickle"
+        h.save(path)
+    finally:
+        cupy.cuda.set_allocator(None)
+        rmm.mr.set_current_device_resource(previous)
+    assert len(load(path)) >= 4
+    from torch.cuda import _memory_viz
+
+    import pickle
+
+    snapshot = pickle.loads(path.read_bytes())
+    assert "<html" in _memory_viz.trace_plot(snapshot).lower()
+    assert "<html" in _memory_viz.segment_plot(snapshot).lower()
+    del torch
