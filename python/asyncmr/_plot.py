@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from asyncmr.history import History
 
-if TYPE_CHECKING:
-    from matplotlib.axes import Axes
+# matplotlib's axes, typed loosely: matplotlib is optional, and the stub check runs without it.
+Axes = Any
 
 _GIB = 1 << 30
 _MIB = 1 << 20
@@ -63,8 +63,11 @@ def draw(history_or_many: History | Mapping[str, History], out_path: Path,
     """Writes the timeline PNG to ``out_path`` and returns it (see asyncmr.history.plot)."""
     lanes = lanes_of(history_or_many)
     try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
+        # Optional: the stub check runs where matplotlib is not installed.
+        from matplotlib.backends.backend_agg import (  # type: ignore[import-not-found,unused-ignore]
+            FigureCanvasAgg,
+        )
+        from matplotlib.figure import Figure  # type: ignore[import-not-found,unused-ignore]
     except ImportError as e:
         raise ImportError("the history timeline needs matplotlib (pip install matplotlib)") from e
 
