@@ -160,6 +160,27 @@ int main() {
   }
   t = clk::now(); for (int i = 0; i < N; ++i) cudaEventRecord(mark, s); printf("cudaEventRecord (DisableTiming) %.1f ns\n", ns_since(t, N));
   CK(cudaStreamSynchronize(s));
+  // A cheaper marker? A stream memory operation writing a sequence number to mapped host memory
+  // (the release would wait with cuStreamWaitValue64), against the event record above.
+  {
+    unsigned long long* word = nullptr;
+    CK(cudaHostAlloc((void**)&word, 64, cudaHostAllocMapped));
+    CUdeviceptr dword = 0;
+    CK(cudaHostGetDevicePointer((void**)&dword, word, 0));
+    int memops = 0;
+    cuDeviceGetAttribute(&memops, CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1, dev0);
+    CUresult wr = cuStreamWriteValue64((CUstream)s, dword, 1, 0);
+    printf("stream memory operations: attribute %d, first cuStreamWriteValue64 %d\n", memops, (int)wr);
+    if (wr == CUDA_SUCCESS) {
+      t = clk::now(); for (int i = 0; i < N; ++i) cuStreamWriteValue64((CUstream)s, dword, (unsigned long long)i, 0); printf("cuStreamWriteValue64 to mapped host memory %.1f ns\n", ns_since(t, N));
+      CK(cudaStreamSynchronize(s));
+      printf("the word after the writes: %llu (expected %d)\n", *word, N - 1);
+      t = clk::now(); for (int i = 0; i < 2000; ++i) cuStreamWaitValue64((CUstream)rel, dword, (unsigned long long)(N - 1), CU_STREAM_WAIT_VALUE_GEQ); printf("cuStreamWaitValue64 (already true) %.1f ns\n", ns_since(t, 2000));
+      CK(cudaStreamSynchronize(rel));
+    }
+    cudaGetLastError();
+    cudaFreeHost(word);
+  }
   printf("probe done\n");
   return 0;
 }
