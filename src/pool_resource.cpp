@@ -29,6 +29,7 @@ namespace detail {
 namespace {
 
 std::atomic<std::uint64_t> refused_frees{0};
+std::atomic<std::uint64_t> refused_prefetches{0};
 
 std::string address(void const* ptr)
 {
@@ -65,7 +66,8 @@ pool_resource_base::pool_resource_base(resolved_pool resolved)
   : pool_{std::move(resolved.pool)},
     device_{resolved.device},
     cache_{resolved.cache != 0 ? stream_cache::make(pool_, resolved.cache, device_) : nullptr},
-    history_{std::make_shared<history_state>()}
+    history_{std::make_shared<history_state>()},
+    prefetch_{resolved.prefetch}
 {
 }
 
@@ -110,9 +112,14 @@ void* pool_resource_base::allocate(cuda::stream_ref stream, std::size_t bytes, s
   if (bytes == 0) { return nullptr; }
   cudaStream_t const s = stream.get();
   history_ring* const ring = history_ ? history_->active.load(std::memory_order_acquire) : nullptr;
-  if (ring == nullptr) {
+  if (ring == nullptr && !prefetch_) {
     if (cache_) { return cache_->allocate(s, bytes); }
     return allocate_giving_caches_back(pool_, bytes, s);  // other resources' caches on this pool
+  }
+  if (ring == nullptr) {
+    void* const ptr = cache_ ? cache_->allocate(s, bytes) : allocate_giving_caches_back(pool_, bytes, s);
+    prefetch(ptr, bytes, s);
+    return ptr;
   }
   bool hit  = false;
   void* ptr = nullptr;
@@ -123,7 +130,25 @@ void* pool_resource_base::allocate(cuda::stream_ref stream, std::size_t bytes, s
     throw;
   }
   note(*ring, hit ? history_action::cache_hit : history_action::alloc, ptr, bytes, s, !hit);
+  if (prefetch_) { prefetch(ptr, bytes, s); }
   return ptr;
+}
+
+void pool_resource_base::prefetch(void* ptr, std::size_t bytes, cudaStream_t stream) const noexcept
+{
+  // A prefetch on a capturing stream invalidates the capture (measured on the H200): a graph's
+  // allocation is not prefetched.
+  if (ptr == nullptr || stream_capturing(stream)) { return; }
+  cudaMemLocation const to = prefetch_->to_cuda();
+#if CUDART_VERSION >= 13000
+  cudaError_t const status = cudaMemPrefetchAsync(ptr, bytes, to, 0, stream);
+#else
+  cudaError_t const status = cudaMemPrefetchAsync_v2(ptr, bytes, to, 0, stream);
+#endif
+  if (status != cudaSuccess) {
+    clear_own_error(status);
+    refused_prefetches.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 free_result pool_resource_base::deallocate_checked(cuda::stream_ref stream,
@@ -175,6 +200,11 @@ void pool_resource_base::deallocate_sync(void* ptr, std::size_t bytes, std::size
 std::uint64_t failed_deallocations() noexcept
 {
   return detail::refused_frees.load(std::memory_order_relaxed);
+}
+
+std::uint64_t failed_prefetches() noexcept
+{
+  return detail::refused_prefetches.load(std::memory_order_relaxed);
 }
 
 // ---- the three resources ----------------------------------------------------------------

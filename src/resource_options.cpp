@@ -65,6 +65,17 @@ void check_options(allocation_type type, resource_options const& o)
   if (o.accessible_from) {
     for (int const d : *o.accessible_from) { require_device(d); }
   }
+  if (o.prefetch) {
+    if (type != allocation_type::managed) {
+      refuse_field(type, "prefetch", "only managed memory migrates");
+    }
+    if (o.prefetch->kind == location_kind::device) {
+      require_device(o.prefetch->id);
+    } else if (!o.prefetch->is_host()) {
+      throw std::invalid_argument{"asyncmr: prefetch must be a device or the host, got " +
+                                  o.prefetch->to_string()};
+    }
+  }
 }
 
 int resolve_device(std::optional<int> device)
@@ -151,7 +162,7 @@ resolved_pool resolve_pool(allocation_type type, resource_options const& o, mem_
     }
     if (o.release_threshold) { pool.set<pool_attribute::release_threshold>(*o.release_threshold); }
     if (remote) { grant_access(pool, o.accessible_from); }
-    return {std::move(pool), device, o.cache};
+    return {std::move(pool), device, o.cache, o.prefetch};
   }
   location where = location::host();
   switch (type) {
@@ -170,7 +181,7 @@ resolved_pool resolve_pool(allocation_type type, resource_options const& o, mem_
   mem_pool pool = obtain(type, where, o);
   if (o.source != pool_source::new_pool) { apply_shared_threshold_policy(pool, o.release_threshold); }
   if (where.is_host()) { grant_access(pool, o.accessible_from); }
-  return {std::move(pool), device, o.cache};
+  return {std::move(pool), device, o.cache, o.prefetch};
 }
 
 }  // namespace asyncmr::detail

@@ -102,6 +102,12 @@ std::optional<cudaMemPool_t> pool_of(void* ptr) noexcept
   return static_cast<cudaMemPool_t>(pool);
 }
 
+}  // namespace
+
+bool stream_capturing(cudaStream_t stream) noexcept { return capturing(stream); }
+
+namespace {
+
 // ---- the markers: a CUDA event per stream, and the release stream's wait for it ----------------
 //
 // A put records its bucket's event on the block's stream (the stream is alive: the caller is

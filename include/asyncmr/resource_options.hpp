@@ -42,6 +42,12 @@ struct resource_options {
   std::optional<std::vector<int>> accessible_from{};
   /// Byte cap of the per-stream front cache; 0 = no cache, else in [256 B, 1 PiB].
   std::size_t cache{0};
+  /// Managed resources: where every allocation (cache hits too) is prefetched, on its own
+  /// stream, in stream order, right after it is made: `location::device(n)` or
+  /// `location::host()`; unset = no prefetch. Skipped on a capturing stream (the driver would
+  /// invalidate the capture); a prefetch the driver refuses leaves the allocation as it is and
+  /// is counted (`failed_prefetches()`).
+  std::optional<asyncmr::location> prefetch{};
 };
 
 /// @brief The options of `async_managed_memory_resource` (the one struct).

@@ -32,6 +32,7 @@ from asyncmr._core import (
     driver_version,
     export_pointer,
     failed_deallocations,
+    failed_prefetches,
     pool_support,
     runtime_version,
 )
@@ -81,6 +82,7 @@ __all__ = [
     "driver_version",
     "export_pointer",
     "failed_deallocations",
+    "failed_prefetches",
     "pinned_empty",
     "pinned_empty_like",
     "pinned_full",

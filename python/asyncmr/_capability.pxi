@@ -43,6 +43,12 @@ def failed_deallocations():
     return c_failed_deallocations()
 
 
+def failed_prefetches():
+    """How many prefetches of new allocations (``AsyncManagedMR(prefetch=...)``) the driver
+    refused since the process started; each left its allocation where it was."""
+    return c_failed_prefetches()
+
+
 def _set_testing_driver_version(int version):
     """Tests only: act as if the driver were ``version`` (0 restores the real one)."""
     set_testing_driver_version(version)

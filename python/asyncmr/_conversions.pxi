@@ -65,6 +65,27 @@ cdef optional[int] to_ordinal(value, what) except *:
     return out
 
 
+cdef location_t _prefetch_target(value, optional[int] device) except *:
+    """AsyncManagedMR's ``prefetch``: "device" (the resource's device: ``device``, else the
+    current one), a device ordinal, "host", or a :class:`Location`."""
+    cdef location_t loc
+    if isinstance(value, Location):
+        return to_location(value)
+    if value == "device":
+        loc.kind = LocationKind.device
+        loc.id = device.value() if device.has_value() else c_current_device()
+    elif value == "host":
+        loc.kind = LocationKind.host
+        loc.id = 0
+    elif isinstance(value, int) and not isinstance(value, bool):
+        loc.kind = LocationKind.device
+        loc.id = _validate.ordinal("prefetch", value)
+    else:
+        raise ValueError('prefetch must be None, "device", a device ordinal, "host" or an '
+                         f"asyncmr.Location, got {value!r}")
+    return loc
+
+
 cdef PoolSource to_source(value) except *:
     """"default", "current", "new" or a :class:`PoolSource` member."""
     if isinstance(value, PoolSource):

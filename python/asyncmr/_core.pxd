@@ -89,6 +89,7 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
     support decide_routing_support(const platform&, AllocationType) except +translate_exception
     platform current_platform(int) except +translate_exception
     int require_cuda() except +translate_exception
+    int c_current_device "asyncmr::current_device"() except +translate_exception
 
     cdef cppclass cuda_versions:
         int driver
@@ -141,6 +142,7 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         optional[uint64_t] release_threshold
         optional[vector[int]] accessible_from
         size_t cache
+        optional[location_t] prefetch
 
     cdef cppclass imported_allocation:
         size_t size()
@@ -209,6 +211,7 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         vector[history_event] stop_history(uint64_t&) except +translate_exception
         vector[history_event] read_history(uint64_t&) except +translate_exception
         cbool recording_history()
+        optional[location_t] prefetch_target()
 
     cdef cppclass async_managed_memory_resource(pool_resource_base):
         int device()
@@ -220,6 +223,7 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         int device()
 
     uint64_t c_failed_deallocations "asyncmr::failed_deallocations"()
+    uint64_t c_failed_prefetches "asyncmr::failed_prefetches"()
     void validate_combination "asyncmr::detail::validate_combination"(
         const location_t&, AllocationType, cbool) except +translate_exception
     exported_pointer c_export_pointer "asyncmr::export_pointer"(void*) except +translate_exception

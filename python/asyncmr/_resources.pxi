@@ -327,6 +327,12 @@ cdef class AsyncManagedMR(_PoolResource):
         Byte cap of a per-stream front cache of freed blocks (default: none). A block freed on
         a stream is handed back to the next allocation of its size class on that stream,
         without the driver; see :attr:`cache_info` and the README's "Front cache".
+    prefetch : None | "device" | int | "host" | Location
+        Where every allocation (cache hits too) is prefetched, on its own stream and in its
+        order, right after it is made: the resource's device ("device"), a device ordinal, or
+        the host. None (default): no prefetch. Not on a capturing stream (the driver would
+        invalidate the capture); a prefetch the driver refuses leaves the allocation as it is
+        and counts in :func:`asyncmr.failed_prefetches`.
 
     Host code may touch a block only after the stream it was allocated on has reached the
     allocation (synchronize, or wait on an event recorded after it).
@@ -335,12 +341,14 @@ cdef class AsyncManagedMR(_PoolResource):
     _allocation_type = "managed"
 
     def __cinit__(self, device=None, *, pool="default", location=None,
-                  release_threshold=None, accessible_from="all", cache=None):
+                  release_threshold=None, accessible_from="all", cache=None, prefetch=None):
         cdef resource_options o
         self._prepare(pool, release_threshold, cache, &o)
         o.device = to_ordinal(device, "device")
         if location is not None:
             o.location = optional[location_t](to_location(location))
+        if prefetch is not None:
+            o.prefetch = optional[location_t](_prefetch_target(prefetch, o.device))
         o.accessible_from = to_devices(accessible_from)
         self.c_obj = make_resource[async_managed_memory_resource, resource_options](
             self._adopt, o)
@@ -350,6 +358,12 @@ cdef class AsyncManagedMR(_PoolResource):
     def device(self):
         """The device the resource is for."""
         return deref(self.c_obj).device()
+
+    @property
+    def prefetch(self):
+        """Where allocations are prefetched to (a :class:`Location`), or None."""
+        cdef optional[location_t] to = deref(self.c_obj).prefetch_target()
+        return from_location(to.value()) if to.has_value() else None
 
 
 cdef class AsyncPinnedMR(_PoolResource):

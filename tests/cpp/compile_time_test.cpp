@@ -139,6 +139,12 @@ TEST(ResourceOptions, AFieldTheResourceDoesNotUseIsRefusedByName)
                       "takes no accessible_from"));
   EXPECT_TRUE(refused([] { async_managed_memory_resource{{.numa_node = 1}}; }, "takes no numa_node"));
   EXPECT_TRUE(refused([] { async_device_memory_resource{{.cache = 100}}; }, "cache must be 0"));
+  EXPECT_TRUE(refused([] { async_pinned_memory_resource{{.prefetch = location::host()}}; },
+                      "takes no prefetch"));
+  EXPECT_TRUE(refused([] { async_device_memory_resource{{.prefetch = location::device(0)}}; },
+                      "takes no prefetch"));
+  EXPECT_TRUE(refused([] { async_managed_memory_resource{{.prefetch = location::none()}}; },
+                      "prefetch must be a device or the host"));
 }
 
 TEST(ResourceOptions, TheThreeOptionNamesAreOneStruct)
@@ -153,7 +159,8 @@ TEST(ResourceOptions, TheThreeOptionNamesAreOneStruct)
                                             .numa_node         = 0,
                                             .release_threshold = 0,
                                             .accessible_from   = std::vector<int>{0},
-                                            .cache             = 0};
+                                            .cache             = 0,
+                                            .prefetch          = location::host()};
   SUCCEED();
 }
 

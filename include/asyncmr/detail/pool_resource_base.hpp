@@ -28,6 +28,12 @@ namespace asyncmr {
  */
 [[nodiscard]] std::uint64_t failed_deallocations() noexcept;
 
+/**
+ * @brief How many prefetches of new allocations (`resource_options::prefetch`) the driver
+ * refused since the process started; each left its allocation as it was.
+ */
+[[nodiscard]] std::uint64_t failed_prefetches() noexcept;
+
 namespace detail {
 
 struct history_state;
@@ -37,6 +43,7 @@ struct resolved_pool {
   mem_pool pool;
   std::optional<int> device;  ///< managed and device resources
   std::size_t cache{0};
+  std::optional<location> prefetch;  ///< managed resources: where allocations migrate
 };
 
 /**
@@ -173,6 +180,9 @@ class pool_resource_base {
   /// @brief True while a recording runs.
   [[nodiscard]] bool recording_history() const noexcept;
 
+  /// @brief Where allocations are prefetched to (`resource_options::prefetch`); none if not.
+  [[nodiscard]] std::optional<location> prefetch_target() const noexcept { return prefetch_; }
+
  protected:
   /// @brief A resource on `resolved.pool`, with a front cache when `resolved.cache` > 0 (its
   /// frees run in the context of `resolved.device`, the pool's device; unset for host pools).
@@ -199,6 +209,9 @@ class pool_resource_base {
   std::shared_ptr<stream_cache> cache_;
   // The recording, shared by copies (null only in a moved-from resource).
   std::shared_ptr<history_state> history_;
+  std::optional<location> prefetch_;
+
+  void prefetch(void* ptr, std::size_t bytes, cudaStream_t stream) const noexcept;
 
   // Records `action` (with `read_pool`, after a grow or trim event if the pool's reserved bytes
   // changed); `trim` records only that change.

@@ -1,0 +1,89 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``AsyncManagedMR(prefetch=...)``: every allocation, cache hits too, is prefetched on its own
+stream to the target the resource names; never on a capturing stream; the driver is asked where
+each range was last sent (``cudaMemRangeGetAttribute(LastPrefetchLocation)``)."""
+
+import pytest
+from rmm.pylibrmm.stream import Stream
+
+import asyncmr
+from asyncmr import AsyncManagedMR, Location
+
+from gpu_helpers import require_module
+
+MiB = 1 << 20
+CPU = -1  # cudaCpuDeviceId: what LastPrefetchLocation answers for the host
+
+
+def last_prefetch(ptr, nbytes):
+    cudart = require_module("cuda.bindings.runtime", "the test asks the driver where a range went")
+    attr = cudart.cudaMemRangeAttribute.cudaMemRangeAttributeLastPrefetchLocation
+    err, value = cudart.cudaMemRangeGetAttribute(4, attr, ptr, nbytes)
+    assert err == cudart.cudaError_t.cudaSuccess, err
+    return int.from_bytes(value if isinstance(value, bytes) else int(value).to_bytes(
+        4, "little", signed=True), "little", signed=True)
+
+
+def prefetch_by_hand(ptr, nbytes, device, stream):
+    """Sends a range somewhere else with the runtime (to see the resource send it back)."""
+    cudart = require_module("cuda.bindings.runtime", "the test moves a range by hand")
+    if asyncmr.runtime_version() >= 13000:
+        loc = cudart.cudaMemLocation()
+        loc.type = (cudart.cudaMemLocationType.cudaMemLocationTypeHost if device == CPU
+                    else cudart.cudaMemLocationType.cudaMemLocationTypeDevice)
+        loc.id = 0 if device == CPU else device
+        (err,) = cudart.cudaMemPrefetchAsync(ptr, nbytes, loc, 0, stream)
+    else:
+        (err,) = cudart.cudaMemPrefetchAsync(ptr, nbytes, device, stream)
+    assert err == cudart.cudaError_t.cudaSuccess, err
+
+
+@pytest.mark.parametrize("target,expected", [("device", 0), (0, 0), ("host", CPU),
+                                             (Location.host(), CPU)])
+def test_every_allocation_goes_to_the_target(gpu, target, expected):
+    mr = AsyncManagedMR(pool="new", prefetch=target)
+    s = Stream()
+    failed = asyncmr.failed_prefetches()
+    p = mr.allocate(2 * MiB, s)
+    s.synchronize()
+    assert last_prefetch(p, 2 * MiB) == expected
+    assert asyncmr.failed_prefetches() == failed
+    assert mr.prefetch == (Location.host() if expected == CPU else Location.device(0))
+    mr.deallocate(p, 2 * MiB, s)
+    s.synchronize()
+
+
+def test_a_cache_hit_is_prefetched_again(gpu):
+    cupy = require_module("cupy")
+    mr = AsyncManagedMR(pool="new", cache=64 << 20, prefetch="host")
+    cs = cupy.cuda.Stream(non_blocking=True)
+    s = Stream(obj=cs)
+    p = mr.allocate(MiB, s)
+    mr.deallocate(p, MiB, s)  # kept by the cache
+    prefetch_by_hand(p, MiB, 0, cs.ptr)
+    s.synchronize()
+    assert last_prefetch(p, MiB) == 0
+    q = mr.allocate(MiB, s)  # the same block, from the cache
+    assert q == p and mr.cache_info["hits"] == 1
+    s.synchronize()
+    assert last_prefetch(q, MiB) == CPU, "the hit was not prefetched"
+    mr.deallocate(q, MiB, s)
+    s.synchronize()
+
+
+def test_no_prefetch_by_default(gpu):
+    assert AsyncManagedMR(pool="new").prefetch is None
+
+
+def test_an_allocation_inside_a_capture_is_not_prefetched_and_the_capture_stays_valid(gpu):
+    cupy = require_module("cupy")
+    mr = AsyncManagedMR(pool="new", prefetch="device")
+    cs = cupy.cuda.Stream(non_blocking=True)
+    rs = Stream(obj=cs)
+    with cs:
+        cs.begin_capture(cupy.cuda.runtime.streamCaptureModeThreadLocal)
+        g = mr.allocate(MiB, rs)  # a graph allocation: no prefetch (it would invalidate)
+        mr.deallocate(g, MiB, rs)
+        graph = cs.end_capture()  # raises if the capture was invalidated
+    graph.launch(cs)
+    cs.synchronize()
