@@ -214,6 +214,29 @@ def test_one_worker(cuda_cluster):
     run_and_check(client, 1)
 
 
+def test_a_clusters_histories_are_gathered_into_one_file(cuda_cluster, tmp_path):
+    from asyncmr.history import load_many
+
+    client = cuda_cluster(1)
+    client.register_plugin(amd.AsyncMRPlugin("device", pool="new"))
+    with pytest.raises(ValueError, match="max_events"):
+        amd.record_history(client, max_events=0)
+    with amd.record_history(client, max_events=4096) as h:
+        run_and_check(client, 1)
+        with pytest.raises(RuntimeError, match="already"):
+            with amd.record_history(client):
+                pass
+    assert len(h.histories) == 1
+    (address, history), = h.histories.items()
+    assert history.header["worker"] == address and len(history) > 0
+    assert any(e["action"] in ("alloc", "cache_hit") for e in history.events)
+    path = tmp_path / "cluster.pickle"
+    h.save(path)
+    assert list(load_many(path)) == [address]
+    with amd.record_history(client):  # the outer one stopped cleanly: a new one starts
+        pass
+
+
 def test_rmm_pool_size_conflicts_unless_replaced(cuda_cluster):
     client = cuda_cluster(1, rmm_pool_size="256MiB")
     with pytest.raises(amd.ResourceConflictError, match="rmm_pool_size") as info:

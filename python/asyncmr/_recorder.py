@@ -25,18 +25,23 @@ def _kind(mr: Any) -> str:
     raise TypeError(f"asyncmr: record_history needs an asyncmr resource, got {name}")
 
 
+def check_arguments(max_events: object, stacks: object) -> None:
+    """Refuses a bad ``max_events`` or ``stacks`` (before anything records)."""
+    if isinstance(max_events, bool) or not isinstance(max_events, int):
+        raise TypeError(f"asyncmr: max_events must be an int, got {type(max_events).__name__}")
+    if not 1 <= max_events <= MAX_EVENTS:
+        raise ValueError(f"asyncmr: max_events must be between 1 and {MAX_EVENTS}, "
+                         f"got {max_events}")
+    if stacks not in STACK_MODES:
+        raise ValueError(f"asyncmr: stacks must be one of {STACK_MODES}, got {stacks!r}")
+
+
 class HistoryRecorder:
     """``with mr.record_history(max_events=65536, stacks="none") as h:``; see
     ``_PoolResource.record_history``. Usable once: a second ``with`` raises RuntimeError."""
 
     def __init__(self, mr: Any, max_events: int = 65536, stacks: str = "none") -> None:
-        if isinstance(max_events, bool) or not isinstance(max_events, int):
-            raise TypeError(f"asyncmr: max_events must be an int, got {type(max_events).__name__}")
-        if not 1 <= max_events <= MAX_EVENTS:
-            raise ValueError(f"asyncmr: max_events must be between 1 and {MAX_EVENTS}, "
-                             f"got {max_events}")
-        if stacks not in STACK_MODES:
-            raise ValueError(f"asyncmr: stacks must be one of {STACK_MODES}, got {stacks!r}")
+        check_arguments(max_events, stacks)
         self._mr = mr
         self._kind = _kind(mr)
         self._max_events = max_events

@@ -54,10 +54,12 @@ from asyncmr._validate import size as _size
 
 __all__ = [
     "AsyncMRPlugin",
+    "ClusterHistory",
     "PhasePeaks",
     "ResourceConflictError",
     "peaks",
     "pool_state",
+    "record_history",
     "reset_peaks",
     "track_peaks",
     "trim_to",
@@ -323,6 +325,34 @@ def _trim_on_worker(name, keep, dask_worker):
             "used": attributes.used_mem_current}
 
 
+# The recordings running in this worker process, by (worker address, plugin name).
+_RECORDINGS: dict = {}
+
+
+def _start_history_on_worker(name, max_events, stacks, dask_worker):
+    key = (dask_worker.address, name)
+    if key in _RECORDINGS:
+        raise RuntimeError(f"asyncmr: worker {dask_worker.address} is recording a history of "
+                           f"{name!r} already (one at a time)")
+    recorder = worker_resource(dask_worker, name).record_history(max_events=max_events,
+                                                                 stacks=stacks)
+    recorder.__enter__()
+    _RECORDINGS[key] = recorder
+    return dask_worker.address
+
+
+def _stop_history_on_worker(name, dask_worker, missing_ok=False):
+    recorder = _RECORDINGS.pop((dask_worker.address, name), None)
+    if recorder is None:
+        if missing_ok:
+            return None
+        raise LookupError(f"asyncmr: worker {dask_worker.address} records no history of {name!r}")
+    recorder.__exit__(None, None, None)
+    history = recorder.history()
+    return {"header": {**history.header, "worker": dask_worker.address},
+            "events": list(history.events)}
+
+
 # ---- client-side helpers -----------------------------------------------------------------
 
 def _table(rows: list[dict]):
@@ -397,3 +427,52 @@ def trim_to(client, min_bytes_to_keep: int = 0, *, name: str = DEFAULT_NAME, wor
     """
     keep = _size("min_bytes_to_keep", min_bytes_to_keep, optional=False)
     return _table(_run(client, _trim_on_worker, name, keep, workers=workers))
+
+
+class ClusterHistory:
+    """``with record_history(client) as h: ...``; afterwards ``h.histories`` maps each worker's
+    address to its :class:`asyncmr.history.History`, and ``h.save(path)`` writes them into one
+    file that ``python -m asyncmr plot`` draws one lane per worker."""
+
+    def __init__(self, client, name: str, workers, max_events: int, stacks: str):
+        from asyncmr._recorder import check_arguments
+
+        check_arguments(max_events, stacks)
+        self._client, self._name, self._workers = client, name, workers
+        self._max_events, self._stacks = max_events, stacks
+        self.histories: dict = {}
+
+    def __enter__(self):
+        got = self._client.run(_start_history_on_worker, self._name, self._max_events,
+                               self._stacks, workers=self._workers, on_error="return")
+        errors = [r for r in got.values() if isinstance(r, BaseException)]
+        if errors:
+            # The workers that did start stop again (and only those: another recording may
+            # be running on the others), so a retry starts clean.
+            started = [a for a, r in got.items() if not isinstance(r, BaseException)]
+            if started:
+                self._client.run(_stop_history_on_worker, self._name, workers=started)
+            raise errors[0]
+        return self
+
+    def __exit__(self, *exc):
+        from asyncmr.history import History
+
+        got = self._client.run(_stop_history_on_worker, self._name, workers=self._workers)
+        self.histories = {address: History(data["header"], data["events"])
+                          for address, data in sorted(got.items())}
+        return False
+
+    def save(self, path) -> None:
+        """One file with every worker's history (``asyncmr.history.save_many``)."""
+        from asyncmr.history import save_many
+
+        save_many(path, self.histories)
+
+
+def record_history(client, *, max_events: int = 65536, stacks: str = "none",
+                   name: str = DEFAULT_NAME, workers=None) -> ClusterHistory:
+    """Records the allocation history of every worker's asyncmr resource (the plugin ``name``)
+    for the ``with`` block, and gathers them (see :class:`ClusterHistory` and
+    ``_PoolResource.record_history``). ``max_events`` is per worker."""
+    return ClusterHistory(client, name, workers, max_events, stacks)
