@@ -13,5 +13,6 @@
 #include <asyncmr/error.hpp>
 #include <asyncmr/location.hpp>
 #include <asyncmr/mem_pool.hpp>
+#include <asyncmr/placement.hpp>
 #include <asyncmr/pool_attributes.hpp>
 #include <asyncmr/resource_options.hpp>

@@ -20,7 +20,9 @@
 #include <memory>
 #include <new>
 #include <stdexcept>
+#include <span>
 #include <string>
+#include <vector>
 
 namespace asyncmr_py {
 
@@ -82,6 +84,26 @@ std::shared_ptr<R> make_resource(mem_pool const* adopt, Options const& options)
 inline cudaStream_t as_stream(std::uintptr_t stream) noexcept
 {
   return reinterpret_cast<cudaStream_t>(stream);
+}
+
+// ---- placement (asyncmr/placement.hpp), from a vector of ranges and a raw stream ---------------
+
+inline void prefetch_ranges(std::vector<memory_range> const& r, location to, std::uintptr_t s)
+{
+  asyncmr::prefetch(std::span<memory_range const>{r.data(), r.size()}, to,
+                    cuda::stream_ref{as_stream(s)});
+}
+
+inline void discard_ranges(std::vector<memory_range> const& r, std::uintptr_t s)
+{
+  asyncmr::discard(std::span<memory_range const>{r.data(), r.size()}, cuda::stream_ref{as_stream(s)});
+}
+
+inline void discard_and_prefetch_ranges(std::vector<memory_range> const& r, location to,
+                                        std::uintptr_t s)
+{
+  asyncmr::discard_and_prefetch(std::span<memory_range const>{r.data(), r.size()}, to,
+                                cuda::stream_ref{as_stream(s)});
 }
 
 inline std::uintptr_t allocate(detail::pool_resource_base& mr, std::uintptr_t stream, std::size_t bytes)

@@ -65,9 +65,10 @@ cdef optional[int] to_ordinal(value, what) except *:
     return out
 
 
-cdef location_t _prefetch_target(value, optional[int] device) except *:
-    """AsyncManagedMR's ``prefetch``: "device" (the resource's device: ``device``, else the
-    current one), a device ordinal, "host", or a :class:`Location`."""
+cdef location_t _prefetch_target(value, optional[int] device, name="prefetch") except *:
+    """AsyncManagedMR's ``prefetch`` and the placement calls' ``to``: "device" (the resource's
+    device: ``device``, else the current one), a device ordinal, "host", or a
+    :class:`Location`."""
     cdef location_t loc
     if isinstance(value, Location):
         return to_location(value)
@@ -79,9 +80,10 @@ cdef location_t _prefetch_target(value, optional[int] device) except *:
         loc.id = 0
     elif isinstance(value, int) and not isinstance(value, bool):
         loc.kind = LocationKind.device
-        loc.id = _validate.ordinal("prefetch", value)
+        loc.id = _validate.ordinal(name, value)
     else:
-        raise ValueError('prefetch must be None, "device", a device ordinal, "host" or an '
+        unset = "None, " if name == "prefetch" else ""  # the resource's option may be unset
+        raise ValueError(f'{name} must be {unset}"device", a device ordinal, "host" or an '
                          f"asyncmr.Location, got {value!r}")
     return loc
 

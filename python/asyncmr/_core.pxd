@@ -90,6 +90,11 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
     platform current_platform(int) except +translate_exception
     int require_cuda() except +translate_exception
     int c_current_device "asyncmr::current_device"() except +translate_exception
+    cbool c_can_discard "asyncmr::can_discard"()
+
+    cdef cppclass memory_range:
+        void* ptr
+        size_t bytes
 
     cdef cppclass cuda_versions:
         int driver
@@ -236,6 +241,10 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr::testing" nogil:
 cdef extern from "_bridge.hpp" namespace "asyncmr_py" nogil:
     void set_exception_types(object, object, object, object)
     shared_ptr[R] make_resource[R, O](const mem_pool*, const O&) except +translate_exception
+    void prefetch_ranges(const vector[memory_range]&, location_t, uintptr_t) except +translate_exception
+    void discard_ranges(const vector[memory_range]&, uintptr_t) except +translate_exception
+    void discard_and_prefetch_ranges(const vector[memory_range]&, location_t, uintptr_t) \
+        except +translate_exception
     uintptr_t allocate(pool_resource_base&, uintptr_t, size_t) except +translate_exception
     free_result deallocate(pool_resource_base&, uintptr_t, uintptr_t, size_t)
     string free_failure(const free_result&, uintptr_t, size_t) except +translate_exception

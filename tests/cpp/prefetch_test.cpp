@@ -9,6 +9,9 @@
 
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+#include <vector>
+
 namespace asyncmr::test {
 namespace {
 
@@ -52,6 +55,39 @@ TEST_F(PrefetchTest, ACapturedAllocationIsNotPrefetchedAndTheCaptureStaysValid)
   mr.deallocate(stream_ref(), g, mib);
   ASSERT_EQ(capture.end(), cudaSuccess) << "a prefetch inside the capture invalidated it";
   EXPECT_EQ(instantiate_and_run(capture.graph(), stream()), cudaSuccess);
+}
+
+TEST_F(PrefetchTest, PlacementCallsMoveRangesAndRefuseWhatTheyCannot)
+{
+  async_managed_memory_resource managed{{.source = pool_source::new_pool}};
+  async_device_memory_resource device{{.source = pool_source::new_pool}};
+  std::vector<memory_range> ranges;
+  for (int i = 0; i < 3; ++i) { ranges.push_back({managed.allocate(stream_ref(), mib), mib}); }
+  prefetch(ranges, location::host(), stream_ref());
+  ASSERT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
+  for (auto const& r : ranges) { EXPECT_EQ(last_prefetch(r.ptr, r.bytes), cudaCpuDeviceId); }
+  if (can_discard()) {
+    discard_and_prefetch(ranges, location::device(0), stream_ref());
+    ASSERT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
+    EXPECT_EQ(last_prefetch(ranges[0].ptr, mib), 0);
+  } else {
+    EXPECT_THROW(discard(ranges, stream_ref()), unsupported_error);
+  }
+  void* d = device.allocate(stream_ref(), mib);
+  std::vector<memory_range> const not_managed{{d, mib}};
+  EXPECT_THROW(prefetch(not_managed, location::device(0), stream_ref()), std::invalid_argument);
+  std::vector<memory_range> const null_range{{nullptr, 16}};
+  EXPECT_THROW(prefetch(null_range, location::host(), stream_ref()), std::invalid_argument);
+  EXPECT_THROW(prefetch(ranges, location::none(), stream_ref()), std::invalid_argument);
+  {
+    capture_scope capture{stream(), cudaStreamCaptureModeThreadLocal};
+    ASSERT_EQ(capture.begin_status(), cudaSuccess);
+    EXPECT_THROW(prefetch(ranges, location::host(), stream_ref()), unsupported_error);
+    EXPECT_EQ(capture.end(), cudaSuccess) << "the refused prefetch touched the capture";
+  }
+  device.deallocate(stream_ref(), d, mib);
+  for (auto const& r : ranges) { managed.deallocate(stream_ref(), r.ptr, r.bytes); }
+  EXPECT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
 }
 
 }  // namespace

@@ -1,0 +1,58 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#pragma once
+
+/// @file placement.hpp
+/// @brief Moving managed memory, in stream order: prefetch, discard, discard-and-prefetch.
+
+#include <asyncmr/location.hpp>
+
+#include <cuda/stream>
+
+#include <cstddef>
+#include <span>
+
+namespace asyncmr {
+
+/// @brief A range of managed memory: its start and its size in bytes.
+struct memory_range {
+  void* ptr{nullptr};
+  std::size_t bytes{0};
+};
+
+/**
+ * @brief Prefetches each range to `to` (a device or the host) in stream order on `stream`, one
+ * `cudaMemPrefetchAsync` per range: on the H200 (driver 580) a loop was never slower than the
+ * batched call (1000 resident 64 KiB ranges: 3.3 ms against 19.6 ms; moving them: 37 against
+ * 38 ms). Ranges of 0 bytes are skipped.
+ * @throws unsupported_error when `stream` is capturing (the driver would invalidate the capture);
+ * std::invalid_argument for a bad `to`, a null range, or a range the driver refuses (not managed
+ * memory), naming its index: the ranges before it are already queued, nothing else changed
+ */
+void prefetch(std::span<memory_range const> ranges, location to, cuda::stream_ref stream);
+
+/**
+ * @brief Discards the contents of each range in stream order on `stream`
+ * (`cudaMemDiscardBatchAsync`): no migration; reading a discarded range before writing it gives
+ * unspecified values. Ranges of 0 bytes are skipped.
+ * @throws unsupported_error on a build for a CUDA 12 runtime (needs the CUDA 13 build), or when
+ * `stream` is capturing; std::invalid_argument as for `prefetch`
+ */
+void discard(std::span<memory_range const> ranges, cuda::stream_ref stream);
+
+/**
+ * @brief Discards each range and prefetches it to `to`, in one call
+ * (`cudaMemDiscardAndPrefetchBatchAsync`; on the H200 2.4 ms against 5.4 ms for the prefetch
+ * alone): for memory about to be overwritten where it will be used.
+ * @throws as `discard`
+ */
+void discard_and_prefetch(std::span<memory_range const> ranges,
+                          location to,
+                          cuda::stream_ref stream);
+
+/// @brief True when this build of asyncmr can discard (`discard`, `discard_and_prefetch`): the
+/// CUDA 13 one.
+[[nodiscard]] bool can_discard() noexcept;
+
+}  // namespace asyncmr

@@ -1,0 +1,65 @@
+# SPDX-License-Identifier: Apache-2.0
+# Included by _core.pyx. Moving managed memory in stream order (asyncmr/placement.hpp).
+
+from asyncmr._ranges import ranges as _ranges
+
+
+cdef location_t _placement_target(to) except *:
+    cdef optional[int] none
+    return _prefetch_target(to, none, "to")
+
+
+cdef vector[memory_range] _as_ranges(obj) except *:
+    cdef vector[memory_range] out
+    cdef memory_range r
+    for p, n in _ranges(obj):
+        r.ptr = <void*><uintptr_t>p
+        r.bytes = n
+        out.push_back(r)
+    return out
+
+
+def prefetch(obj, to="device", Stream stream=DEFAULT_STREAM):
+    """Prefetch managed memory to ``to`` ("device": the current device, a device ordinal,
+    "host", or a :class:`Location`) in stream order on ``stream``.
+
+    ``obj`` is a ``(pointer, nbytes)`` pair, anything with ``__cuda_array_interface__`` (CuPy,
+    Numba, PyTorch, ``rmm.DeviceBuffer``), or a list of those; everything is checked before the
+    first CUDA call. One driver call per range (on the H200 a loop was never slower than the
+    batched call). Raises :class:`asyncmr.UnsupportedError` on a capturing stream (the driver
+    would invalidate the capture) and ValueError for memory that is not managed (the ranges
+    before it are already queued).
+    """
+    cdef vector[memory_range] rs = _as_ranges(obj)
+    cdef location_t where = _placement_target(to)
+    stream = as_stream(stream)
+    cdef uintptr_t s = <uintptr_t>stream._cuda_stream
+    with nogil:
+        prefetch_ranges(rs, where, s)
+
+
+def discard(obj, Stream stream=DEFAULT_STREAM):
+    """Discard the contents of managed memory in stream order (no migration: what is read
+    before the next write is unspecified). ``obj`` as for :func:`prefetch`. CUDA 13 build only:
+    :class:`asyncmr.UnsupportedError` elsewhere, and on a capturing stream."""
+    cdef vector[memory_range] rs = _as_ranges(obj)
+    stream = as_stream(stream)
+    cdef uintptr_t s = <uintptr_t>stream._cuda_stream
+    with nogil:
+        discard_ranges(rs, s)
+
+
+def discard_and_prefetch(obj, to="device", Stream stream=DEFAULT_STREAM):
+    """Discard managed memory and prefetch it to ``to`` in one driver call: for memory about to
+    be overwritten where it will be used. As :func:`discard` and :func:`prefetch`."""
+    cdef vector[memory_range] rs = _as_ranges(obj)
+    cdef location_t where = _placement_target(to)
+    stream = as_stream(stream)
+    cdef uintptr_t s = <uintptr_t>stream._cuda_stream
+    with nogil:
+        discard_and_prefetch_ranges(rs, where, s)
+
+
+def can_discard():
+    """True on the CUDA 13 build, which can :func:`discard`."""
+    return c_can_discard()

@@ -1,0 +1,71 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What ``asyncmr.prefetch`` / ``discard`` accept, as (address, bytes) ranges, checked before any
+CUDA call: a ``(pointer, nbytes)`` pair, anything with ``__cuda_array_interface__`` (CuPy and
+Numba arrays, PyTorch tensors, ``rmm.DeviceBuffer``), or a list or tuple of those."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_U64 = 1 << 64
+
+
+def _int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"asyncmr: {what} must be an int, got {type(value).__name__}")
+    return value
+
+
+def _pair(ptr: Any, nbytes: Any, where: str) -> tuple[int, int]:
+    p, n = _int(ptr, f"{where} pointer"), _int(nbytes, f"{where} size")
+    if not 0 <= p < _U64:
+        raise ValueError(f"asyncmr: {where} pointer must be in [0, 2**64), got {p}")
+    if not 0 <= n < _U64:
+        raise ValueError(f"asyncmr: {where} size must be in [0, 2**64) bytes, got {n}")
+    if p == 0 and n != 0:
+        raise ValueError(f"asyncmr: {where} is a null pointer of {n} bytes")
+    return p, n
+
+
+def _from_interface(obj: Any, where: str) -> tuple[int, int]:
+    cai = obj.__cuda_array_interface__
+    if not isinstance(cai, dict) or "data" not in cai or "shape" not in cai:
+        raise ValueError(f"asyncmr: {where} has a malformed __cuda_array_interface__")
+    ptr = cai["data"][0] if isinstance(cai["data"], (tuple, list)) else cai["data"]
+    shape = tuple(cai["shape"])
+    typestr = str(cai.get("typestr", "|u1"))
+    try:
+        itemsize = int(typestr[2:])
+    except ValueError:
+        raise ValueError(f"asyncmr: {where} has an unknown typestr {typestr!r}") from None
+    if any(_int(n, f"{where} shape") == 0 for n in shape):
+        return _pair(ptr or 0, 0, where)
+    strides = cai.get("strides")
+    if strides is None:  # C-contiguous
+        count = 1
+        for n in shape:
+            count *= n
+        return _pair(ptr, count * itemsize, where)
+    low = high = 0
+    for n, stride in zip(shape, strides):
+        span = (n - 1) * _int(stride, f"{where} stride")
+        low, high = low + min(0, span), high + max(0, span)
+    return _pair(ptr + low, high - low + itemsize, where)
+
+
+def ranges(obj: Any) -> list[tuple[int, int]]:
+    """Every range ``obj`` names, in order."""
+    def one(item: Any, where: str) -> tuple[int, int]:
+        if hasattr(item, "__cuda_array_interface__"):
+            return _from_interface(item, where)
+        if isinstance(item, tuple) and len(item) == 2 and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in item):
+            return _pair(item[0], item[1], where)
+        raise TypeError(f"asyncmr: {where} must be a (pointer, nbytes) pair or have "
+                        f"__cuda_array_interface__, got {type(item).__name__}")
+
+    if isinstance(obj, (list, tuple)) and not (
+            isinstance(obj, tuple) and len(obj) == 2 and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in obj)):
+        return [one(item, f"range {i}") for i, item in enumerate(obj)]
+    return [one(obj, "the range")]

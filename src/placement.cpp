@@ -1,0 +1,150 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+
+// Prefetch and discard of managed memory (placement.hpp).
+
+#include <asyncmr/capability.hpp>
+#include <asyncmr/error.hpp>
+#include <asyncmr/placement.hpp>
+
+#include "detail/stream_cache.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace asyncmr {
+namespace {
+
+void check_target(location to)
+{
+  if (to.kind == location_kind::device) {
+    require_device(to.id);
+  } else if (!to.is_host()) {
+    throw std::invalid_argument{"asyncmr: a prefetch goes to a device or the host, not " +
+                                to.to_string()};
+  }
+}
+
+// Everything is checked before the first call to the driver.
+void check(std::span<memory_range const> ranges, cudaStream_t stream, char const* what)
+{
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    if (ranges[i].ptr == nullptr && ranges[i].bytes != 0) {
+      throw std::invalid_argument{std::string{"asyncmr: "} + what + ": range " +
+                                  std::to_string(i) + " is a null pointer of " +
+                                  std::to_string(ranges[i].bytes) + " bytes"};
+    }
+  }
+  static_cast<void>(require_cuda());  // no driver: say so, not "capturing"
+  if (detail::stream_capturing(stream)) {
+    throw unsupported_error{std::string{"asyncmr: "} + what +
+                            " on a capturing stream: the driver would invalidate the capture "
+                            "(issue it before the capture, or on another stream)"};
+  }
+}
+
+[[noreturn]] void refused(char const* what, std::string const& range, cudaError_t status)
+{
+  detail::clear_own_error(status);
+  if (status == cudaErrorInvalidValue || status == cudaErrorInvalidDevice) {
+    throw std::invalid_argument{std::string{"asyncmr: "} + what + " refused " + range +
+                                ": not managed memory, or a range the driver does not know (" +
+                                cudaGetErrorName(status) + ")"};
+  }
+  detail::throw_cuda_error(status, (std::string{what} + " of " + range).c_str());
+}
+
+struct batch {
+  std::vector<void*> ptrs;
+  std::vector<std::size_t> sizes;
+  std::vector<std::size_t> index;  // into the caller's ranges
+};
+
+// A batched call names no range when it refuses: the message names them all.
+std::string batch_name(batch const& b)
+{
+  return "the batch of " + std::to_string(b.ptrs.size()) + " ranges (one of them)";
+}
+
+batch non_empty(std::span<memory_range const> ranges)
+{
+  batch b;
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    if (ranges[i].bytes == 0) { continue; }
+    b.ptrs.push_back(ranges[i].ptr);
+    b.sizes.push_back(ranges[i].bytes);
+    b.index.push_back(i);
+  }
+  return b;
+}
+
+[[noreturn]] void needs_cuda13(char const* what)
+{
+  throw unsupported_error{std::string{"asyncmr: "} + what +
+                          " needs the CUDA 13 build of asyncmr (asyncmr-cu13) on a CUDA 13 "
+                          "driver; this build is for CUDA " +
+                          version_string(versions().runtime)};
+}
+
+}  // namespace
+
+bool can_discard() noexcept { return CUDART_VERSION >= 13000; }
+
+void prefetch(std::span<memory_range const> ranges, location to, cuda::stream_ref stream)
+{
+  check_target(to);
+  check(ranges, stream.get(), "prefetch");
+  cudaMemLocation const where = to.to_cuda();
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    if (ranges[i].bytes == 0) { continue; }
+#if CUDART_VERSION >= 13000
+    auto const status = cudaMemPrefetchAsync(ranges[i].ptr, ranges[i].bytes, where, 0, stream.get());
+#else
+    auto const status = cudaMemPrefetchAsync_v2(ranges[i].ptr, ranges[i].bytes, where, 0, stream.get());
+#endif
+    if (status != cudaSuccess) {
+      refused("prefetch", "range " + std::to_string(i) + " (" + std::to_string(ranges[i].bytes) +
+                            " bytes)", status);
+    }
+  }
+}
+
+void discard(std::span<memory_range const> ranges, cuda::stream_ref stream)
+{
+  if (!can_discard()) { needs_cuda13("discard"); }
+  check(ranges, stream.get(), "discard");
+  batch b = non_empty(ranges);
+  if (b.ptrs.empty()) { return; }
+#if CUDART_VERSION >= 13000
+  auto const status = cudaMemDiscardBatchAsync(b.ptrs.data(), b.sizes.data(), b.ptrs.size(), 0,
+                                               stream.get());
+  if (status != cudaSuccess) { refused("discard", batch_name(b), status); }
+#endif
+}
+
+void discard_and_prefetch(std::span<memory_range const> ranges,
+                          location to,
+                          cuda::stream_ref stream)
+{
+  if (!can_discard()) { needs_cuda13("discard_and_prefetch"); }
+  check_target(to);
+  check(ranges, stream.get(), "discard_and_prefetch");
+  batch b = non_empty(ranges);
+  if (b.ptrs.empty()) { return; }
+#if CUDART_VERSION >= 13000
+  cudaMemLocation where = to.to_cuda();
+  std::size_t first     = 0;  // every range goes to the one location
+  auto const status = cudaMemDiscardAndPrefetchBatchAsync(b.ptrs.data(), b.sizes.data(),
+                                                          b.ptrs.size(), &where, &first, 1, 0,
+                                                          stream.get());
+  if (status != cudaSuccess) { refused("discard_and_prefetch", batch_name(b), status); }
+#else
+  static_cast<void>(to);
+#endif
+}
+
+}  // namespace asyncmr

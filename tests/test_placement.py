@@ -1,0 +1,153 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``asyncmr.prefetch`` / ``discard`` / ``discard_and_prefetch``: what they accept (checked before
+any CUDA call, on any machine), and on the GPU where the driver says each range went, what
+memory they refuse without harming the context, and that a capture is never touched."""
+
+import pytest
+from rmm.pylibrmm.stream import Stream
+
+import asyncmr
+from asyncmr import AsyncDeviceMR, AsyncManagedMR, Location
+from asyncmr._ranges import ranges
+
+from gpu_helpers import require_module
+from test_prefetch import CPU, last_prefetch
+
+MiB = 1 << 20
+
+
+class _Interface:
+    """An object that offers the CUDA array interface (the protocol, as CuPy arrays do)."""
+
+    def __init__(self, ptr, shape, typestr="<f4", strides=None):
+        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": shape,
+                                         "typestr": typestr, "strides": strides, "version": 3}
+
+
+# ---- what is accepted, without a GPU -----------------------------------------------------------
+
+def test_a_pair_a_list_and_array_interfaces_become_ranges():
+    assert ranges((4096, 100)) == [(4096, 100)]
+    assert ranges([(4096, 100), (8192, 0)]) == [(4096, 100), (8192, 0)]
+    assert ranges(_Interface(4096, (10, 3))) == [(4096, 120)]
+    assert ranges(_Interface(4096, (0, 3))) == [(4096, 0)]
+    # Every other row of a 10 x 4 float32 array: rows 16 bytes apart, 32 with the step.
+    assert ranges(_Interface(4096, (5, 4), strides=(32, 4))) == [(4096, 4 * 32 + 16)]
+    # A reversed view: it starts below its data pointer.
+    assert ranges(_Interface(4096 + 36, (10,), strides=(-4,))) == [(4096, 40)]
+
+
+@pytest.mark.parametrize("bad,error,match", [
+    ((4096, -1), ValueError, r"size must be in \[0, 2\*\*64\) bytes, got -1"),
+    ((0, 16), ValueError, r"null pointer of 16 bytes"),
+    ([(4096, 1), "x"], TypeError, r"range 1 must be a \(pointer, nbytes\) pair"),
+    ((4096, True), TypeError, r"must be a \(pointer, nbytes\) pair"),
+    (1.5, TypeError, r"the range must be"),
+    (_Interface(4096, (2,), typestr="<x?"), ValueError, r"unknown typestr"),
+])
+def test_bad_ranges_are_refused_before_cuda(bad, error, match):
+    with pytest.raises(error, match=match):
+        asyncmr.prefetch(bad)
+    with pytest.raises(error, match=match):
+        asyncmr.discard(bad)
+
+
+def test_a_bad_target_is_refused_before_cuda():
+    with pytest.raises(ValueError, match=r'to must be "device", a device ordinal, "host"'):
+        asyncmr.prefetch((4096, 16), to="gpu")
+    with pytest.raises(ValueError, match="to must be .*got True"):
+        asyncmr.discard_and_prefetch((4096, 16), to=True)
+    with pytest.raises(ValueError, match=r"to must be in \[0, 2\*\*31\), got -1"):
+        asyncmr.prefetch((4096, 16), to=-1)
+
+
+# ---- on the GPU ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("to,expected", [("device", 0), (0, 0), ("host", CPU),
+                                         (Location.host(), CPU)])
+def test_prefetch_sends_every_range_where_asked(gpu, to, expected):
+    mr = AsyncManagedMR(pool="new")
+    s = Stream()
+    blocks = [mr.allocate(MiB, s) for _ in range(3)]
+    asyncmr.prefetch([(p, MiB) for p in blocks], to=to, stream=s)
+    s.synchronize()
+    assert [last_prefetch(p, MiB) for p in blocks] == [expected] * 3
+    for p in blocks:
+        mr.deallocate(p, MiB, s)
+    s.synchronize()
+
+
+def test_prefetch_takes_cupy_arrays_on_managed_memory(gpu):
+    cupy = require_module("cupy")
+    import rmm
+    from rmm.allocators.cupy import rmm_cupy_allocator
+
+    mr = AsyncManagedMR(pool="new")
+    previous = rmm.mr.get_current_device_resource()
+    rmm.mr.set_current_device_resource(mr)
+    cupy.cuda.set_allocator(rmm_cupy_allocator)
+    try:
+        x = cupy.arange(1 << 20, dtype=cupy.float32)
+        asyncmr.prefetch(x, to="host")
+        cupy.cuda.runtime.deviceSynchronize()
+        assert last_prefetch(x.data.ptr, x.nbytes) == CPU
+        asyncmr.prefetch([x[::2], x[1::2]], to="device")
+        cupy.cuda.runtime.deviceSynchronize()
+        assert last_prefetch(x.data.ptr, x.nbytes) == 0
+        assert float(x[-1]) == float((1 << 20) - 1)
+        del x
+    finally:
+        cupy.cuda.set_allocator(None)
+        rmm.mr.set_current_device_resource(previous)
+
+
+def test_device_memory_is_refused_and_the_context_keeps_working(gpu):
+    mr = AsyncDeviceMR(pool="new")
+    s = Stream()
+    p = mr.allocate(MiB, s)
+    with pytest.raises(ValueError, match="not managed memory"):
+        asyncmr.prefetch((p, MiB), stream=s)
+    q = mr.allocate(MiB, s)  # the context is fine
+    for b in (p, q):
+        mr.deallocate(b, MiB, s)
+    s.synchronize()
+
+
+def test_a_capturing_stream_is_refused_and_the_capture_stays_valid(gpu):
+    cupy = require_module("cupy")
+    mr = AsyncManagedMR(pool="new")
+    cs = cupy.cuda.Stream(non_blocking=True)
+    rs = Stream(obj=cs)
+    p = mr.allocate(MiB, rs)
+    cs.synchronize()
+    buf = cupy.zeros(16, dtype=cupy.int32)
+    with cs:
+        cs.begin_capture(cupy.cuda.runtime.streamCaptureModeThreadLocal)
+        buf.fill(3)
+        with pytest.raises(asyncmr.UnsupportedError, match="capturing stream"):
+            asyncmr.prefetch((p, MiB), stream=rs)
+        graph = cs.end_capture()
+    graph.launch(cs)
+    cs.synchronize()
+    assert int(buf[0]) == 3
+    mr.deallocate(p, MiB, rs)
+    cs.synchronize()
+
+
+def test_discard_then_write_and_discard_and_prefetch(gpu):
+    cupy = require_module("cupy")
+    if not asyncmr.can_discard():
+        with pytest.raises(asyncmr.UnsupportedError, match="CUDA 13 build"):
+            asyncmr.discard((4096, 16))
+        return
+    mr = AsyncManagedMR(pool="new")
+    cs = cupy.cuda.Stream(non_blocking=True)
+    s = Stream(obj=cs)
+    p = mr.allocate(2 * MiB, s)
+    asyncmr.discard((p, 2 * MiB), stream=s)
+    cupy.cuda.runtime.memsetAsync(p, 7, 2 * MiB, cs.ptr)  # written after the discard: defined
+    asyncmr.discard_and_prefetch([(p, MiB), (p + MiB, MiB)], to="host", stream=s)
+    cs.synchronize()
+    assert last_prefetch(p, 2 * MiB) == CPU
+    mr.deallocate(p, 2 * MiB, s)
+    cs.synchronize()
