@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``python -m asyncmr demo``, ``info``, ``bench`` and ``plot``.
+"""``python -m asyncmr demo``, ``info``, ``bench``, ``plot`` and ``cudf-pandas``.
 
 The benchmark is not part of this package: ``bench`` finds it in a source checkout
 (``benchmarks/asyncmr_bench``) and runs it, or says how to.
@@ -143,15 +143,21 @@ def main(argv: list[str] | None = None) -> int:
                    add_help=False)
     sub.add_parser("plot", help="a timeline PNG of a saved allocation history "
                    "(record_history; see docs/HISTORY.md)", add_help=False)
+    sub.add_parser("cudf-pandas", help="run a script or module under cudf.pandas on an "
+                   "AsyncManagedMR (asyncmr.cudf_pandas)", add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command == "demo":
-        if rest:  # only bench, info and plot take their own arguments
+        if rest:  # only bench, info, plot and cudf-pandas take their own arguments
             parser.error(f"demo: unrecognized arguments: {' '.join(rest)}")
         return _demo(args)
     if args.command == "info":
         from asyncmr._info import main as info_main
 
         return info_main(rest)
+    if args.command == "cudf-pandas":
+        from asyncmr.cudf_pandas import main as cudf_pandas_main
+
+        return cudf_pandas_main(rest)
     if args.command == "plot":
         from asyncmr.history import main as plot_main
 

@@ -1,0 +1,80 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``asyncmr.cudf_pandas``: the runner's arguments and errors on any machine; on a GPU host with
+cuDF (ci/gpu.sh's cudf stage), a pandas workload run through ``python -m asyncmr cudf-pandas``
+gives plain pandas' answers while allocating from an AsyncManagedMR."""
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from gpu_helpers import describe, not_applicable
+
+import asyncmr.cudf_pandas as door
+
+HAVE_CUDF = importlib.util.find_spec("cudf") is not None
+
+
+def test_the_runner_without_a_target_prints_its_usage(capsys):
+    assert door.main([]) == 2
+    assert "usage: python -m asyncmr cudf-pandas" in capsys.readouterr().err
+    assert door.main(["-m"]) == 2
+    assert door.main(["--help"]) == 0
+
+
+@pytest.mark.skipif(HAVE_CUDF, reason="not applicable: cuDF is installed here")
+def test_without_cudf_the_door_says_what_to_install(capsys):
+    with pytest.raises(ImportError, match="needs cuDF .*cudf-cu13"):
+        door.install()
+    assert door.main(["script.py"]) == 2
+    assert "needs cuDF" in capsys.readouterr().err
+
+
+WORKLOAD = r'''
+import json
+import sys
+import numpy as np
+import pandas as pd
+import rmm
+
+n = 1_000_000
+rng = np.random.default_rng(7)
+df = pd.DataFrame({"k": rng.integers(0, 1000, n), "v": rng.random(n),
+                   "s": rng.choice(["alpha", "beta", "gamma"], n)})
+g = df.groupby("k")["v"].agg(["sum", "mean"]).sort_index()
+m = df.merge(g, left_on="k", right_index=True).sort_values(["k", "v"]).head(1000)
+lens = df["s"].str.upper().str.len().sum()
+df.head(100_000).to_parquet(sys.argv[1])
+back = pd.read_parquet(sys.argv[1])
+mr = rmm.mr.get_current_device_resource()
+print(type(mr).__name__, int(mr.attributes.used_mem_high) > 0)
+print(json.dumps([float(g["sum"].sum()), float(m["v"].sum()), int(lens), len(back)]))
+'''
+
+
+def test_a_pandas_workload_runs_on_an_asyncmr_pool(gpu, tmp_path):
+    if not HAVE_CUDF and os.environ.get("ASYNCMR_REQUIRE_CUDF") != "1":
+        not_applicable("cuDF is not installed (ci/gpu.sh's cudf stage installs it)")
+    script = tmp_path / "workload.py"
+    script.write_text(textwrap.dedent(WORKLOAD))
+    env = dict(os.environ)
+    through_door = subprocess.run(
+        [sys.executable, "-m", "asyncmr", "cudf-pandas", str(script), str(tmp_path / "a.pq")],
+        capture_output=True, text=True, timeout=600, env=env)
+    assert through_door.returncode == 0, describe(through_door)
+    plain = subprocess.run([sys.executable, "-c", WORKLOAD.replace(
+        "mr = rmm.mr.get_current_device_resource()\nprint(type(mr).__name__, "
+        "int(mr.attributes.used_mem_high) > 0)\n", "print('plain', True)\n"), str(tmp_path / "b.pq")],
+        capture_output=True, text=True, timeout=600, env=env)
+    assert plain.returncode == 0, describe(plain)
+    first, answers = through_door.stdout.strip().splitlines()[-2:]
+    assert first == "AsyncManagedMR True", through_door.stdout
+    got, want = json.loads(answers), json.loads(plain.stdout.strip().splitlines()[-1])
+    # Sums of a million floats: the GPU adds in another order.
+    assert got[2:] == want[2:] and all(math.isclose(a, b, rel_tol=1e-9)
+                                       for a, b in zip(got[:2], want[:2])), (got, want)
