@@ -29,7 +29,8 @@
 #             built against the installed C++ package (needs consumer) and run
 #   soak      long stress run (ASYNCMR_STRESS_SECONDS, default 240)
 #   probe     ci/probes/pointer_facts.cu built with the host's nvcc and run: the driver facts the
-#             front cache's ownership rules rely on (docs/DRIVER_FACTS.md)
+#             front cache's ownership rules rely on (docs/DRIVER_FACTS.md); then
+#             ci/probes/managed_facts.cu: every cudaMemAdvise kind on managed pool memory
 #   before    the defect tests on the code before their fix: BEFORE_TAR (default
 #             .before/tree.tar, made here with `git archive -o .before/tree.tar <commit>`; the
 #             tree must hold the tests) is built into its own site and its soundness tests run
@@ -335,6 +336,8 @@ fi
 if has probe; then
   run probe-build nvcc -O2 -std=c++17 -o /tmp/pointer_facts ci/probes/pointer_facts.cu -lcuda \
     && run probe timeout 90 /tmp/pointer_facts
+  run probe-managed-build nvcc -O2 -std=c++17 -o /tmp/managed_facts ci/probes/managed_facts.cu \
+    && run probe-managed timeout 60 /tmp/managed_facts
 fi
 
 if has before; then
