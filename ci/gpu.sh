@@ -36,10 +36,11 @@
 #             tree must hold the tests) is built into its own site and its soundness tests run
 #             there, Python and C++. Their failures are the evidence the tests can fail: logged,
 #             and they do not fail the run
-#   compare   the pair costs (benchmark sections 1 and 11, quick) of the code before (the build
-#             the before stage made) and of this build, measured by this tree's harness in one
-#             run, alternating before/after twice; benchmarks/compare_builds.py prints them side
-#             by side as ratios into the log and OUTDIR/compare.json (needs before and build)
+#   compare   the pair costs (benchmark section 1, quick; COMPARE_SECTIONS=1,11 adds the front
+#             cache's) of the code before (the build the before stage made) and of this build,
+#             measured by this tree's harness in one run, alternating before/after twice;
+#             benchmarks/compare_builds.py prints them side by side as ratios into the log and
+#             OUTDIR/compare.json (needs before and build)
 #
 # Needs, in the repository:
 #   .whl/core/*.whl   ../shared/wheelhouse.sh .whl core       (rmm, librmm for CUDA 13)
@@ -377,7 +378,7 @@ if has compare; then
         where=$site
         [ "$side" = before ] && where=/tmp/site-before:$site
         run "compare-$side-$i" env PYTHONPATH="$repo/benchmarks:$where" python3 -m asyncmr_bench \
-          --quick --sections 1,11 --no-floor --out "/tmp/compare-$side-$i"
+          --quick --sections "${COMPARE_SECTIONS:-1}" --no-floor --out "/tmp/compare-$side-$i"
         if [ "$side" = before ]; then runs_before+=("/tmp/compare-$side-$i/results.json")
         else runs_after+=("/tmp/compare-$side-$i/results.json"); fi
       done
