@@ -197,15 +197,15 @@ def test_skipped_failed_and_unfinished_sections_fail_their_targets():
     assert all("skipped: this asyncmr has no release_gil" in t["note"] for t in gil)
     assert "failed: RuntimeError: boom" in by_name(ts, "pinned_empty")["note"]
     assert "did not finish" in by_name(ts, "H2D bandwidth")["note"]
-    assert targets.tally(ts) == (11, 21, 7)  # section 11 (7 targets) was not asked for
+    assert targets.tally(ts) == (11, 21, 11)  # sections 11 and 12 (7 + 4) were not asked for
 
 
 def test_targets_of_sections_not_asked_for_are_not_counted():
     doc = load()
     ts = targets.compute_targets(doc)  # a run of sections 1-6
     not_run = [t for t in ts if t["status"] == targets.NOT_RUN]
-    assert {t["section"] for t in not_run} == {7, 9, 11}
-    assert targets.tally(ts) == (13, 17, 11)
+    assert {t["section"] for t in not_run} == {7, 9, 11, 12}
+    assert targets.tally(ts) == (13, 17, 15)
 
 
 # ---- check_targets.py ----------------------------------------------------------------------
@@ -770,3 +770,42 @@ def test_compare_builds_names_an_unreadable_file(tmp_path, capsys):
     assert compare_builds.main(["--before", str(tmp_path / "missing.json"), "--after",
                                 str(tmp_path / "missing.json")]) == 2
     assert "missing.json" in capsys.readouterr().err
+
+
+# ---- section 12: managed placement -----------------------------------------------------------
+
+
+def _placement_doc(faults, prefetched, none, option, stack, loop, batch, ours):
+    def e(rounds):
+        return {"median_ms": sorted(rounds)[len(rounds) // 2], "rounds_ms": rounds}
+
+    return {"params": {"sections": [12]}, "sections": {SECTION_KEYS[12]: {
+        "host_written": {"faults": e(faults), "asyncmr.prefetch": e(prefetched)},
+        "reused": {"AsyncManagedMR()": e(none), "AsyncManagedMR(prefetch='device')": e(option),
+                   "rmm PrefetchResourceAdaptor stack": e(stack)},
+        "small_ranges": {"loop of cudaMemPrefetchAsync": e(loop),
+                         "cudaMemPrefetchBatchAsync": batch if isinstance(batch, dict)
+                         else e(batch),
+                         "asyncmr.prefetch": e(ours)},
+        "overwrite": {}}}}
+
+
+def test_placement_targets_from_raw_rounds():
+    doc = _placement_doc(faults=[120.0, 100.0, 130.0], prefetched=[25.0, 20.0, 40.0],
+                         none=[36.0, 30.0, 40.0], option=[0.3, 0.3, 5.0],
+                         stack=[0.3, 0.25, 0.3], loop=[3.3, 3.0, 3.6], batch=[19.6, 2.0, 20.0],
+                         ours=[3.4, 2.1, 3.5])
+    a, b_none, b_stack, c = [t for t in targets.compute_targets(doc) if t["section"] == 12]
+    assert a["value"] == pytest.approx(4.8) and a["met"]  # 120/25, 100/20, 130/40 -> 4.8
+    assert b_none["value"] == pytest.approx(100.0) and b_none["met"]  # 120, 100, 8 -> 100
+    assert b_stack["value"] == pytest.approx(1.2) and not b_stack["met"]  # 1, 1.2, 16.7
+    assert c["value"] == pytest.approx(3.4 / 3.3) and c["met"]  # against min(loop, batch)
+
+
+def test_placement_target_without_the_batch_call_uses_the_loop():
+    doc = _placement_doc(faults=[10.0], prefetched=[5.0], none=[1.0], option=[1.0], stack=[1.0],
+                         loop=[3.0], batch={"error": "RuntimeError: no batch call"}, ours=[4.0])
+    a, b_none, _, c = [t for t in targets.compute_targets(doc) if t["section"] == 12]
+    assert not a["met"] and a["value"] == pytest.approx(2.0)
+    assert not b_none["met"]
+    assert not c["met"] and c["value"] == pytest.approx(4.0 / 3.0)

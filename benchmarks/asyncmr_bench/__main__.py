@@ -116,6 +116,8 @@ def make_config(p: argparse.ArgumentParser, args) -> Config:
         array_repeats=5 if q else 10,
         parquet_repeats=2 if q else 3,
         cache_rounds=11 if q else 21,
+        placement_bytes=256 * MiB if q else 1 * GiB,
+        placement_repeats=5 if q else 9,
     )
 
 

@@ -28,6 +28,8 @@ SECTIONS = {
     10: ("10_cudf_parquet", "cuDF Parquet round trip: cuDF's pinned resource vs asyncmr's pool"),
     11: ("11_front_cache",
          "Front cache: cached pinned pairs vs CuPy's pinned pool, C++ hits, threads"),
+    12: ("12_managed_placement",
+         "Managed placement: prefetch before a kernel, at allocation, many ranges, discard"),
 }
 SECTION_KEYS = {num: key for num, (key, _) in SECTIONS.items()}
 SECTION_TITLES = {num: title for num, (_, title) in SECTIONS.items()}

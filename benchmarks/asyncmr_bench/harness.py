@@ -84,6 +84,9 @@ class Config:
     parquet_repeats: int = 3  # section 10
     cache_bin: str | None = None  # section 11: the C++ cache_bench program
     cache_rounds: int = 21  # section 11: interleaved rounds of the Python pairs
+    placement_bytes: int = 256 * MiB  # section 12: the managed buffer of scenarios a, b, d
+    placement_repeats: int = 5  # section 12: interleaved rounds per scenario
+    placement_ranges: int = 1000  # section 12: 64 KiB ranges of scenario c
 
 
 def thread_sizes(quick: bool) -> list:

@@ -26,7 +26,7 @@ def write_plots(doc: dict, out: Path) -> dict:
     for num, fn in ((1, _plot_pair_cost), (2, _plot_sync), (3, _plot_threads),
                     (4, _plot_frag), (5, _plot_staging), (6, _plot_cupy), (7, _plot_gil),
                     (8, _plot_cupy_pinned), (9, _plot_pinned_arrays), (10, _plot_cudf),
-                    (11, _plot_front_cache)):
+                    (11, _plot_front_cache), (12, _plot_placement)):
         key = SECTION_KEYS[num]
         res = secs.get(key)
         if not res or section_failed(res) or "skipped" in res:
@@ -332,6 +332,33 @@ def _plot_front_cache(plt, res, meta):
     axes[1].set_xlabel(f"ns per pair in C++, pinned, {fmt_size(sizes[0])} (median)")
     fig.suptitle(f"Front cache -- {_subtitle(meta)}")
     fig.tight_layout(rect=(0, 0, 1, 0.92))
+    return fig
+
+
+def _plot_placement(plt, res, meta):
+    panels = [(k, t) for k, t in (("host_written", "a. host-written, then a kernel"),
+                                  ("reused", "b. reused host-touched pool memory"),
+                                  ("small_ranges", "c. many 64 KiB ranges"),
+                                  ("overwrite", "d. about to be overwritten"))
+              if any("error" not in e for e in (res.get(k) or {}).values())]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 1.6 * len(panels) + 1.2))
+    axes = [axes] if len(panels) == 1 else list(axes)
+    for ax, (key, title) in zip(axes, panels):
+        ok = {w: e for w, e in res[key].items() if "error" not in e}
+        names = list(ok)
+        ax.barh(range(len(names)), [ok[w]["median_ms"] for w in names],
+                color=[ASYNCMR if w.startswith(("asyncmr", "AsyncManagedMR")) else OTHER
+                       for w in names])
+        ax.set_yticks(range(len(names)))
+        ax.set_yticklabels(names, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("ms per round (median)")
+    _legend(axes[0], plt, (ASYNCMR, OTHER), loc="lower right")
+    fig.suptitle(f"Managed placement -- {_subtitle(meta)}", fontsize=9)
+    fig.tight_layout()
     return fig
 
 

@@ -337,8 +337,41 @@ def _section11(d: _Doc) -> list:
     ]
 
 
+def _section12(d: _Doc) -> list:
+    s = d.sec(12)
+
+    def rounds(scenario, way):
+        e = (s.get(scenario) or {}).get(way)
+        return e.get("rounds_ms") if isinstance(e, dict) and "error" not in e else None
+
+    loop, batch = rounds("small_ranges", "loop of cudaMemPrefetchAsync"), \
+        rounds("small_ranges", "cudaMemPrefetchBatchAsync")
+    fastest = None
+    if loop or batch:  # the faster of the two, round by round (either may be missing)
+        pairs = list(zip(loop or batch, batch or loop))
+        fastest = [min(a, b) for a, b in pairs]
+    return [
+        _target(d, 12, "Managed placement: host-written data, faults / asyncmr.prefetch before "
+                "the kernel >= 4 (median of per-round ratios)", ">=", 4.0,
+                {"a": _median_ratio(rounds("host_written", "faults"),
+                                    rounds("host_written", "asyncmr.prefetch"))}),
+        _target(d, 12, "Managed placement: reused host-touched pool memory, no prefetch / "
+                "prefetch='device' >= 10 (median of per-round ratios)", ">=", 10.0,
+                {"b": _median_ratio(rounds("reused", "AsyncManagedMR()"),
+                                    rounds("reused", "AsyncManagedMR(prefetch='device')"))}),
+        _target(d, 12, "Managed placement: prefetch='device' within 1.1x of RMM's "
+                "PrefetchResourceAdaptor stack (median of per-round ratios)", "<=", 1.1,
+                {"b": _median_ratio(rounds("reused", "AsyncManagedMR(prefetch='device')"),
+                                    rounds("reused", "rmm PrefetchResourceAdaptor stack"))}),
+        _target(d, 12, "Managed placement: asyncmr.prefetch of many ranges within 1.1x of the "
+                "faster of a loop and the batched call (median of per-round ratios)", "<=", 1.1,
+                {"c": _median_ratio(rounds("small_ranges", "asyncmr.prefetch"), fastest)}),
+    ]
+
+
 # Sections 2, 6, 8 and 10 report without targets.
-_ORDER = (_section1, _section5, _section3, _section4, _section7, _section9, _section11)
+_ORDER = (_section1, _section5, _section3, _section4, _section7, _section9, _section11,
+          _section12)
 
 
 def compute_targets(doc: dict) -> list:

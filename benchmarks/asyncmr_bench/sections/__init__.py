@@ -10,8 +10,8 @@ from typing import Callable, NamedTuple
 
 from ..common import SECTION_KEYS, SECTION_TITLES
 from . import (
-    cudf_parquet, cupy_pinned, fragmentation, front_cache, gil, managed_cupy, pair_cost,
-    pinned_arrays, pinned_staging, sync_threshold, threads,
+    cudf_parquet, cupy_pinned, fragmentation, front_cache, gil, managed_cupy, managed_placement,
+    pair_cost, pinned_arrays, pinned_staging, sync_threshold, threads,
 )
 
 
@@ -34,6 +34,7 @@ _MODULES = {
     9: pinned_arrays,
     10: cudf_parquet,
     11: front_cache,
+    12: managed_placement,
 }
 
 REGISTRY = {num: Section(SECTION_KEYS[num], SECTION_TITLES[num], mod.run, mod.show)
