@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from gpu_helpers import not_applicable, require_module
+from gpu_helpers import not_applicable, require_module, rmm_cupy
 
 ROWS, COLS = 50_000, 16
 
@@ -34,13 +34,8 @@ def _data():
 def _fits(cuml, resource):
     """Every estimator's result, fitted with ``resource`` as RMM's current resource."""
     import cupy
-    import rmm
-    from rmm.allocators.cupy import rmm_cupy_allocator
 
-    previous = rmm.mr.get_current_device_resource()
-    rmm.mr.set_current_device_resource(resource)
-    cupy.cuda.set_allocator(rmm_cupy_allocator)
-    try:
+    with rmm_cupy(resource):
         x, y_reg, y_cls = (cupy.asarray(a) for a in _data())
         from cuml.cluster import KMeans
         from cuml.ensemble import RandomForestClassifier
@@ -57,9 +52,6 @@ def _fits(cuml, resource):
                "ridge": cupy.asnumpy(cupy.asarray(ridge.coef_)).ravel()}
         cupy.cuda.runtime.deviceSynchronize()
         return out
-    finally:
-        cupy.cuda.set_allocator(None)
-        rmm.mr.set_current_device_resource(previous)
 
 
 def test_estimators_fit_alike_on_asyncmr_and_on_rmms_managed_memory(cuml):

@@ -10,7 +10,7 @@ import asyncmr
 from asyncmr import AsyncDeviceMR, AsyncManagedMR, Location
 from asyncmr._ranges import ranges
 
-from gpu_helpers import require_module
+from gpu_helpers import require_module, rmm_cupy
 from test_prefetch import CPU, last_prefetch
 
 MiB = 1 << 20
@@ -79,14 +79,8 @@ def test_prefetch_sends_every_range_where_asked(gpu, to, expected):
 
 def test_prefetch_takes_cupy_arrays_on_managed_memory(gpu):
     cupy = require_module("cupy")
-    import rmm
-    from rmm.allocators.cupy import rmm_cupy_allocator
-
     mr = AsyncManagedMR(pool="new")
-    previous = rmm.mr.get_current_device_resource()
-    rmm.mr.set_current_device_resource(mr)
-    cupy.cuda.set_allocator(rmm_cupy_allocator)
-    try:
+    with rmm_cupy(mr):
         x = cupy.arange(1 << 20, dtype=cupy.float32)
         asyncmr.prefetch(x, to="host")
         cupy.cuda.runtime.deviceSynchronize()
@@ -96,9 +90,6 @@ def test_prefetch_takes_cupy_arrays_on_managed_memory(gpu):
         assert last_prefetch(x.data.ptr, x.nbytes) == 0
         assert float(x[-1]) == float((1 << 20) - 1)
         del x
-    finally:
-        cupy.cuda.set_allocator(None)
-        rmm.mr.set_current_device_resource(previous)
 
 
 def test_device_memory_is_refused_and_the_context_keeps_working(gpu):

@@ -4,6 +4,7 @@ did, with the pool's state; bad input is refused before anything is recorded; re
 from several threads and during a capture; a recorded CuPy pipeline's snapshot opens in
 PyTorch's memory viewer."""
 
+import pickle
 import threading
 
 import pytest
@@ -11,7 +12,7 @@ from rmm.pylibrmm.stream import Stream
 
 from asyncmr import AsyncDeviceMR, AsyncManagedMR, AsyncPinnedMR
 
-from gpu_helpers import require_module
+from gpu_helpers import require_module, rmm_cupy
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -203,16 +204,10 @@ def test_recording_during_a_capture_keeps_it_valid(gpu):
 def test_a_recorded_cupy_pipeline_opens_in_pytorchs_memory_viewer(gpu, tmp_path):
     cupy = require_module("cupy")
     torch = require_module("torch")
-    import rmm
-    from rmm.allocators.cupy import rmm_cupy_allocator
-
     from asyncmr.history import load
 
     mr = AsyncDeviceMR(pool="new", cache=64 * MiB)
-    previous = rmm.mr.get_current_device_resource()
-    rmm.mr.set_current_device_resource(mr)
-    cupy.cuda.set_allocator(rmm_cupy_allocator)
-    try:
+    with rmm_cupy(mr):
         with mr.record_history() as h:
             x = cupy.arange(1 << 20, dtype=cupy.float32)
             y = (x * 2).sum()
@@ -220,15 +215,8 @@ def test_a_recorded_cupy_pipeline_opens_in_pytorchs_memory_viewer(gpu, tmp_path)
             float(y)
         path = tmp_path / "snapshot.pickle"
         h.save(path)
-    finally:
-        cupy.cuda.set_allocator(None)
-        rmm.mr.set_current_device_resource(previous)
     assert len(load(path)) >= 4
-    from torch.cuda import _memory_viz
-
-    import pickle
-
     snapshot = pickle.loads(path.read_bytes())
-    assert "<html" in _memory_viz.trace_plot(snapshot).lower()
-    assert "<html" in _memory_viz.segment_plot(snapshot).lower()
-    del torch
+    viz = torch.cuda._memory_viz
+    assert "<html" in viz.trace_plot(snapshot).lower()
+    assert "<html" in viz.segment_plot(snapshot).lower()
