@@ -167,26 +167,13 @@ std::size_t front_cache::free_parked_impl(bool one,
 
 // ---- statistics -----------------------------------------------------------------------------
 
-std::size_t front_cache::bytes() const noexcept
-{
-  std::size_t total = 0;
-  lock_scope const registry{registry_lock_};
-  for (auto const& b : buckets_) {
-    lock_scope const g{b->lock};
-    total += b->cached;
-  }
-  return total;
-}
+// Both read from the one pass over the buckets that stats() makes (under the same locks).
+std::size_t front_cache::bytes() const noexcept { return stats().cached_bytes; }
 
 std::size_t front_cache::held_blocks() const noexcept
 {
-  std::size_t total = 0;
-  lock_scope const registry{registry_lock_};
-  for (auto const& b : buckets_) {
-    lock_scope const g{b->lock};
-    total += b->blocks + b->parked_blocks;
-  }
-  return total;
+  auto const s = stats();
+  return s.cached_blocks + s.parked_blocks;
 }
 
 front_cache_stats front_cache::stats() const noexcept
