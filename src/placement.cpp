@@ -8,6 +8,7 @@
 #include <asyncmr/error.hpp>
 #include <asyncmr/placement.hpp>
 
+#include "detail/placement.hpp"
 #include "detail/stream_cache.hpp"
 
 #include <cuda_runtime_api.h>
@@ -17,17 +18,31 @@
 #include <vector>
 
 namespace asyncmr {
-namespace {
+namespace detail {
 
-void check_target(location to)
+void check_prefetch_target(location to)
 {
   if (to.kind == location_kind::device) {
     require_device(to.id);
   } else if (!to.is_host()) {
-    throw std::invalid_argument{"asyncmr: a prefetch goes to a device or the host, not " +
+    throw std::invalid_argument{"asyncmr: prefetch must be a device or the host, got " +
                                 to.to_string()};
   }
 }
+
+cudaError_t prefetch_async(void const* ptr, std::size_t bytes, location to,
+                           cudaStream_t stream) noexcept
+{
+#if CUDART_VERSION >= 13000
+  return cudaMemPrefetchAsync(ptr, bytes, to.to_cuda(), 0, stream);
+#else
+  return cudaMemPrefetchAsync_v2(ptr, bytes, to.to_cuda(), 0, stream);
+#endif
+}
+
+}  // namespace detail
+
+namespace {
 
 // Everything is checked before the first call to the driver.
 void check(std::span<memory_range const> ranges, cudaStream_t stream, char const* what)
@@ -96,16 +111,11 @@ bool can_discard() noexcept { return CUDART_VERSION >= 13000; }
 
 void prefetch(std::span<memory_range const> ranges, location to, cuda::stream_ref stream)
 {
-  check_target(to);
+  detail::check_prefetch_target(to);
   check(ranges, stream.get(), "prefetch");
-  cudaMemLocation const where = to.to_cuda();
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     if (ranges[i].bytes == 0) { continue; }
-#if CUDART_VERSION >= 13000
-    auto const status = cudaMemPrefetchAsync(ranges[i].ptr, ranges[i].bytes, where, 0, stream.get());
-#else
-    auto const status = cudaMemPrefetchAsync_v2(ranges[i].ptr, ranges[i].bytes, where, 0, stream.get());
-#endif
+    auto const status = detail::prefetch_async(ranges[i].ptr, ranges[i].bytes, to, stream.get());
     if (status != cudaSuccess) {
       refused("prefetch", "range " + std::to_string(i) + " (" + std::to_string(ranges[i].bytes) +
                             " bytes)", status);
@@ -131,7 +141,7 @@ void discard_and_prefetch(std::span<memory_range const> ranges,
                           cuda::stream_ref stream)
 {
   if (!can_discard()) { needs_cuda13("discard_and_prefetch"); }
-  check_target(to);
+  detail::check_prefetch_target(to);
   check(ranges, stream.get(), "discard_and_prefetch");
   batch b = non_empty(ranges);
   if (b.ptrs.empty()) { return; }

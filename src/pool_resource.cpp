@@ -8,6 +8,7 @@
 #include <asyncmr/error.hpp>
 
 #include "detail/history_state.hpp"
+#include "detail/placement.hpp"
 #include "detail/stream_cache.hpp"
 
 #include <asyncmr/detail/blocking.hpp>
@@ -139,12 +140,7 @@ void pool_resource_base::prefetch(void* ptr, std::size_t bytes, cudaStream_t str
   // A prefetch on a capturing stream invalidates the capture (measured on the H200): a graph's
   // allocation is not prefetched.
   if (ptr == nullptr || stream_capturing(stream)) { return; }
-  cudaMemLocation const to = prefetch_->to_cuda();
-#if CUDART_VERSION >= 13000
-  cudaError_t const status = cudaMemPrefetchAsync(ptr, bytes, to, 0, stream);
-#else
-  cudaError_t const status = cudaMemPrefetchAsync_v2(ptr, bytes, to, 0, stream);
-#endif
+  cudaError_t const status = prefetch_async(ptr, bytes, *prefetch_, stream);
   if (status != cudaSuccess) {
     clear_own_error(status);
     refused_prefetches.fetch_add(1, std::memory_order_relaxed);

@@ -11,6 +11,8 @@
 #include <asyncmr/detail/pool_resource_base.hpp>
 #include <asyncmr/error.hpp>
 
+#include "detail/placement.hpp"
+
 #include <limits>
 #include <numeric>
 #include <stdexcept>
@@ -69,12 +71,7 @@ void check_options(allocation_type type, resource_options const& o)
     if (type != allocation_type::managed) {
       refuse_field(type, "prefetch", "only managed memory migrates");
     }
-    if (o.prefetch->kind == location_kind::device) {
-      require_device(o.prefetch->id);
-    } else if (!o.prefetch->is_host()) {
-      throw std::invalid_argument{"asyncmr: prefetch must be a device or the host, got " +
-                                  o.prefetch->to_string()};
-    }
+    check_prefetch_target(*o.prefetch);
   }
 }
 

@@ -1,0 +1,26 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#pragma once
+
+// Private to src/: what the resources' prefetch option and the placement calls
+// (asyncmr/placement.hpp) share.
+
+#include <asyncmr/location.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+namespace asyncmr::detail {
+
+/// Throws std::invalid_argument unless `to` is a visible device or the host.
+void check_prefetch_target(location to);
+
+/// `cudaMemPrefetchAsync(ptr, bytes, to, 0, stream)` with this build's runtime's signature.
+[[nodiscard]] cudaError_t prefetch_async(void const* ptr,
+                                         std::size_t bytes,
+                                         location to,
+                                         cudaStream_t stream) noexcept;
+
+}  // namespace asyncmr::detail
