@@ -4,12 +4,14 @@ did, with the pool's state; bad input is refused before anything is recorded; re
 from several threads and during a capture; a recorded CuPy pipeline's snapshot opens in
 PyTorch's memory viewer."""
 
+import os
 import pickle
 import threading
 
 import pytest
 from rmm.pylibrmm.stream import Stream
 
+import asyncmr
 from asyncmr import AsyncDeviceMR, AsyncManagedMR, AsyncPinnedMR
 
 from gpu_helpers import require_module, rmm_cupy
@@ -71,7 +73,10 @@ def test_python_stacks_name_the_allocating_function(gpu):
         live = h.outstanding()
     assert live and live[0]["address"] == p
     names = [f["name"] for f in live[0]["frames"]]
-    assert "allocate_here" in names, live[0]["frames"]
+    # Innermost first: the function that called allocate, then its caller; no asyncmr frame.
+    assert names[:2] == ["allocate_here", "test_python_stacks_name_the_allocating_function"], names
+    package = os.path.dirname(asyncmr.__file__)
+    assert not any(f["filename"].startswith(package) for f in live[0]["frames"]), names
     mr.deallocate(p, 64 * KiB, s)
     s.synchronize()
 

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from collections import defaultdict, deque
@@ -15,6 +16,9 @@ from typing import Any
 STACK_MODES = ("none", "python")
 MAX_EVENTS = 1 << 26  # the C++ ring's limit (history_ring::max_capacity)
 _FRAMES = 32  # the innermost frames kept per allocation
+# asyncmr's own Python frames at the top of an allocation's stack (this recorder, wrappers such
+# as the pinned-array door) are left out; the resources' Cython methods make no frame.
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _kind(mr: Any) -> str:
@@ -88,7 +92,10 @@ class HistoryRecorder:
     def note_allocation(self, ptr: int) -> None:
         """The Python stack of an allocation, when stacks="python"."""
         if self._stacks == "python" and ptr:
-            frames = traceback.extract_stack(limit=_FRAMES + 2)[:-2]
+            frames = traceback.extract_stack(limit=_FRAMES + 8)
+            while frames and frames[-1].filename.startswith(_PACKAGE):
+                frames.pop()
+            frames = frames[-_FRAMES:]
             self._frames.append((ptr, [{"filename": f.filename, "line": f.lineno or 0,
                                         "name": f.name} for f in reversed(frames)]))
 
