@@ -130,7 +130,7 @@ void* pool_resource_base::allocate(cuda::stream_ref stream, std::size_t bytes, s
     note(*ring, history_action::oom, nullptr, bytes, s, true);
     throw;
   }
-  note(*ring, hit ? history_action::cache_hit : history_action::alloc, ptr, bytes, s, !hit);
+  note(*ring, hit ? history_action::cache_hit : history_action::alloc, ptr, bytes, s, false);
   if (prefetch_) { prefetch(ptr, bytes, s); }
   return ptr;
 }
@@ -159,7 +159,7 @@ free_result pool_resource_base::deallocate_checked(cuda::stream_ref stream,
   } else if (history_ring* const ring =
                history_ ? history_->active.load(std::memory_order_acquire) : nullptr) {
     note(*ring, result.cached ? history_action::cache_put : history_action::free, ptr, bytes,
-         stream.get(), !result.cached);
+         stream.get(), false);
   }
   return result;
 }

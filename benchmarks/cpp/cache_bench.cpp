@@ -20,12 +20,14 @@
  *                  resource records its allocation history (record_history's C++ side).
  *   - "calls": ns per call of what a hit adds besides the cache itself, each alone:
  *     cudaStreamIsCapturing, cudaStreamGetId (each made once per allocate and once per
- *     deallocate), and the bare cache's take+put on the CPU (no CUDA).
+ *     deallocate), cudaEventRecord (the marker a put records) and the bare cache's take+put on
+ *     the CPU (no CUDA).
  *   - "resources": what each kind measured.
  *   - "threads": T threads (8), each on its own stream, released together, hit pairs of one size
  *     on ONE cached pinned resource; the same loop on 1 thread in the same round; aggregate
  *     pairs/s and "scaling" = the median of the per-round ratios. The same without a cache for
- *     reference; "calls": the same for cudaStreamIsCapturing and cudaStreamGetId alone (calls/s),
+ *     reference; "calls": the same for cudaStreamIsCapturing, cudaStreamGetId and
+ *     cudaEventRecord alone (calls/s),
  *     so a hit path that does not scale can be traced to the driver or to the cache; and
  *     "control_scaling": pure arithmetic on T threads over 1, the most any code scales on this
  *     machine now (a busy host shows there, not as a fault of the cache).
@@ -255,8 +257,18 @@ void get_id_calls(cudaStream_t stream, long calls)
   sink.store(acc, std::memory_order_relaxed);
 }
 
+// The front cache's marker: a put records its bucket's event (made with cudaEventDisableTiming)
+// on the block's stream. Each call of the body makes its own event.
+void event_record_calls(cudaStream_t stream, long calls)
+{
+  cudaEvent_t event{};
+  check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  for (long i = 0; i < calls; ++i) { check(cudaEventRecord(event, stream), "cudaEventRecord"); }
+  check(cudaEventDestroy(event), "cudaEventDestroy");
+}
+
 struct call_rounds {
-  std::vector<double> is_capturing, get_id, take_put;
+  std::vector<double> is_capturing, get_id, event_record, take_put;
 };
 
 call_rounds measure_calls(cudaStream_t stream, params const& p)
@@ -264,6 +276,7 @@ call_rounds measure_calls(cudaStream_t stream, params const& p)
   int const n = std::max(p.pairs * 4, 1000);
   auto is_capturing = [stream](int calls) { is_capturing_calls(stream, calls); };
   auto get_id       = [stream](int calls) { get_id_calls(stream, calls); };
+  auto event_record = [stream](int calls) { event_record_calls(stream, calls); };
   // The bare cache (no CUDA): a fake block under one key, so every take hits.
   asyncmr::detail::front_cache cache{p.cache};
   void* const block = reinterpret_cast<void*>(std::uintptr_t{0x100000000});  // never dereferenced
@@ -282,6 +295,7 @@ call_rounds measure_calls(cudaStream_t stream, params const& p)
   };
   is_capturing(p.warmup);
   get_id(p.warmup);
+  event_record(p.warmup);
   take_put(p.warmup);
   call_rounds out;
   auto timed = [n](auto& loop, std::vector<double>& into) {
@@ -291,11 +305,13 @@ call_rounds measure_calls(cudaStream_t stream, params const& p)
       into.push_back(since_ns(t0) / n);
     };
   };
-  std::function<void()> const ways[3] = {timed(is_capturing, out.is_capturing),
+  std::function<void()> const ways[4] = {timed(is_capturing, out.is_capturing),
                                          timed(get_id, out.get_id),
+                                         timed(event_record, out.event_record),
                                          timed(take_put, out.take_put)};
   for (int r = 0; r < p.rounds; ++r) {
-    for (int i = 0; i < 3; ++i) { ways[(r + i) % 3](); }
+    for (int i = 0; i < 4; ++i) { ways[(r + i) % 4](); }
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // the recorded events
   }
   cache.detach_all();  // a fake block: parked, never freed
   return out;
@@ -581,10 +597,11 @@ int main(int argc, char** argv)
   os << ",\"calls\":{";
   try {
     auto const c = measure_calls(stream, p);
-    char const* names[3]                  = {"cudaStreamIsCapturing", "cudaStreamGetId",
-                                             "front_cache take+put"};
-    std::vector<double> const* rounds[3] = {&c.is_capturing, &c.get_id, &c.take_put};
-    for (int i = 0; i < 3; ++i) {
+    char const* names[4]                 = {"cudaStreamIsCapturing", "cudaStreamGetId",
+                                            "cudaEventRecord", "front_cache take+put"};
+    std::vector<double> const* rounds[4] = {&c.is_capturing, &c.get_id, &c.event_record,
+                                            &c.take_put};
+    for (int i = 0; i < 4; ++i) {
       os << (i ? "," : "") << "\"" << names[i] << "\":";
       write_summary(os, *rounds[i], "_ns", true);
     }
@@ -592,7 +609,7 @@ int main(int argc, char** argv)
     errors["calls"] = e.what();
   }
   os << "},\"calls_per_hit_pair\":{\"cudaStreamIsCapturing\":2,\"cudaStreamGetId\":2,"
-        "\"front_cache take+put\":1}";
+        "\"cudaEventRecord\":1,\"front_cache take+put\":1}";
 
   // c. threads: hit pairs on the pinned kind, and the two CUDA calls of a hit, alone
   int const thread_rounds = std::max(5, p.rounds / 4);
@@ -637,7 +654,8 @@ int main(int argc, char** argv)
   bool first_call = true;
   for (auto const& [name, body] :
        {std::pair<char const*, thread_body>{"cudaStreamIsCapturing", is_capturing_calls},
-        std::pair<char const*, thread_body>{"cudaStreamGetId", get_id_calls}}) {
+        std::pair<char const*, thread_body>{"cudaStreamGetId", get_id_calls},
+        std::pair<char const*, thread_body>{"cudaEventRecord", event_record_calls}}) {
     auto const t = measure_threads(body, streams, p, thread_rounds);
     if (!t.error.empty()) {
       errors[std::string{"threads:"} + name] = t.error;

@@ -17,11 +17,17 @@
 
 namespace asyncmr::detail {
 
+// The longest a recording goes without reading the pool's reserved and used bytes (while events
+// come): trims the driver makes at synchronizations are seen at most this late.
+inline constexpr std::uint64_t history_pool_read_ns = 100'000;
+
 struct history_state {
   std::atomic<history_ring*> active{nullptr};
   // The pool's reserved bytes at the last event that read them, to notice growth and trims.
   std::atomic<std::uint64_t> last_reserved{0};
-  std::atomic<std::uint64_t> last_used{0};  // likewise, for the events that do not read the pool
+  // The pool's used bytes as last read, moved since by each allocation's and free's bytes.
+  std::atomic<std::uint64_t> last_used{0};
+  std::atomic<std::uint64_t> last_read_ns{0};  // history_now_ns() of the last read of the pool
   std::mutex lock;  // start and stop
   std::vector<std::unique_ptr<history_ring>> rings;
 };

@@ -213,8 +213,9 @@ class pool_resource_base {
 
   void prefetch(void* ptr, std::size_t bytes, cudaStream_t stream) const noexcept;
 
-  // Records `action` (with `read_pool`, after a grow or trim event if the pool's reserved bytes
-  // changed); `trim` records only that change.
+  // Records `action`, after a grow or trim event if a read of the pool (forced by `read_pool`,
+  // else when src/pool_history.cpp's rules ask for one) finds its reserved bytes changed;
+  // `trim` records only that change.
   void note(history_ring& ring, history_action action, void const* ptr, std::size_t bytes,
             cudaStream_t stream, bool read_pool) noexcept;
 };
