@@ -508,16 +508,16 @@ def _front_cache_doc(cached_us, cupy_us, hit_ns, one_rate, many_rate, cpp=None,
             "params": {"rounds": len(hit_ns), "pairs": 100, "sizes": sizes},
             "pairs": {"pinned": pinned},
             "cache": {"pinned": {"cap": 64 * MiB, "hits": 1000, "misses": 2}},
-            "calls": {"cudaStreamIsCapturing": ns([20.0]), "cudaStreamGetId": ns([15.0]),
-                      "front_cache take+put": ns([30.0])},
-            "calls_per_hit_pair": {"cudaStreamIsCapturing": 2, "cudaStreamGetId": 2,
-                                   "front_cache take+put": 1},
+            "calls": {"cuStreamIsCapturing": ns([20.0]), "cuStreamGetId": ns([15.0]),
+                      "cuEventRecord": ns([10.0]), "front_cache take+put": ns([30.0])},
+            "calls_per_hit_pair": {"cuStreamIsCapturing": 2, "cuStreamGetId": 2,
+                                   "cuEventRecord": 1, "front_cache take+put": 1},
             "threads": {"kind": "pinned", "bytes": 4096, "threads": 8, "results": {"cached": {
                 "per_thread": 1000,
                 "1": _summary(one_rate, "pairs_per_s"), "8": _summary(many_rate, "pairs_per_s"),
                 "scaling": {"median": 99.0},  # stored: never read by the targets
                 "rounds_pairs_per_s": {"1": one_rate, "8": many_rate}}},
-                "calls": {"cudaStreamGetId": {
+                "calls": {"cuStreamGetId": {
                     "per_thread": 1000, "1": _summary([20e6], "calls_per_s"),
                     "8": _summary([100e6], "calls_per_s"), "scaling": {"median": 5.0},
                     "rounds_calls_per_s": {"1": [20e6], "8": [100e6]}}},
@@ -561,9 +561,9 @@ def test_front_cache_targets_met_from_raw_rounds(capsys):
     assert py_threads["value"] == pytest.approx(3.5) and py_threads["met"]  # not the stored 99
     REGISTRY[11].show(doc["sections"][SECTION_KEYS[11]])
     printed = capsys.readouterr().out
-    assert "cupy PinnedMemoryPool" in printed and "cudaStreamGetId" in printed
-    assert "account for 100.0 ns of the 120.0 ns" in printed  # 2*20 + 2*15 + 30
-    assert "cudaStreamGetId (calls alone)" in printed
+    assert "cupy PinnedMemoryPool" in printed and "cuStreamGetId" in printed
+    assert "account for 110.0 ns of the 120.0 ns" in printed  # 2*20 + 2*15 + 10 + 30
+    assert "cuStreamGetId (calls alone)" in printed
 
 
 def test_front_cache_targets_missed_from_raw_rounds():

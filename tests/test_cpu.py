@@ -329,7 +329,8 @@ def test_no_issue_numbers_in_the_sources():
     """Comments and messages say what the code does and why; history lives in git."""
     pattern = re.compile(r"\bissues?\s*#?\d+|\(#\d+\)", re.IGNORECASE)
     offenders = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
-                 for p in LIBRARY_SOURCES + sorted((ROOT / "benchmarks").rglob("*.py"))
+                 for p in LIBRARY_SOURCES + sorted(q for q in (ROOT / "benchmarks").rglob("*")
+                                                   if q.suffix in {".py", ".cpp", ".hpp", ".md"})
                  for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
                  if pattern.search(line)]
     assert not offenders, "\n".join(offenders)

@@ -19,19 +19,19 @@
  *       "uncached_recording", "cached_recording" (in "rounds_ns"): the same two while the
  *                  resource records its allocation history (record_history's C++ side).
  *   - "calls": ns per call of what a hit adds besides the cache itself, each alone:
- *     cudaStreamIsCapturing, cudaStreamGetId (each made once per allocate and once per
- *     deallocate), cudaEventRecord (the marker a put records) and the bare cache's take+put on
- *     the CPU (no CUDA).
+ *     the driver's cuStreamIsCapturing and cuStreamGetId (each made once per allocate and once
+ *     per deallocate), cuEventRecord (the marker a put records) and the bare cache's take+put
+ *     on the CPU (no CUDA).
  *   - "resources": what each kind measured.
  *   - "threads": T threads (8), each on its own stream, released together, hit pairs of one size
  *     on ONE cached pinned resource; the same loop on 1 thread in the same round; aggregate
  *     pairs/s and "scaling" = the median of the per-round ratios. The same without a cache for
- *     reference; "calls": the same for cudaStreamIsCapturing, cudaStreamGetId and
- *     cudaEventRecord alone (calls/s),
+ *     reference; "calls": the same for cuStreamIsCapturing, cuStreamGetId and cuEventRecord
+ *     alone (calls/s),
  *     so a hit path that does not scale can be traced to the driver or to the cache; and
  *     "control_scaling": pure arithmetic on T threads over 1, the most any code scales on this
  *     machine now (a busy host shows there, not as a fault of the cache).
- * Issue 14's targets (checked by the Python benchmark, targets.py): a pinned hit pair through the
+ * The targets (checked by the Python benchmark, targets.py): a pinned hit pair through the
  * reference <= 150 ns at 4 KiB and 64 KiB; 8 threads >= 4x one.
  *
  * Usage: cache_bench [--quick] [--pairs N] [--rounds R] [--warmup W] [--threads T]
@@ -235,12 +235,35 @@ way_rounds measure_pairs(kind_subject const& k,
 
 // ---- b: the calls a hit makes --------------------------------------------------------------
 
+// The hit path asks the driver directly (src/stream_cache.cpp: through the runtime a stream
+// query costs ~50 ns here, the driver's entry point ~16 ns), so these time the same entry points.
+template <typename Fn>
+Fn driver_fn(char const* symbol, int version)
+{
+  void* address                          = nullptr;
+  cudaDriverEntryPointQueryResult result = cudaDriverEntryPointSymbolNotFound;
+  check(cudaGetDriverEntryPointByVersion(symbol, &address, version, cudaEnableDefault, &result),
+        symbol);
+  if (result != cudaDriverEntryPointSuccess || address == nullptr) {
+    throw std::runtime_error{std::string{"the driver has no "} + symbol};
+  }
+  return reinterpret_cast<Fn>(address);
+}
+
+void driver_check(int status, char const* what)
+{
+  if (status != 0) {
+    throw std::runtime_error{std::string{what} + " failed: CUresult " + std::to_string(status)};
+  }
+}
+
 void is_capturing_calls(cudaStream_t stream, long calls)
 {
-  cudaStreamCaptureStatus status{};
+  static auto* const fn = driver_fn<int (*)(cudaStream_t, int*)>("cuStreamIsCapturing", 10000);
+  int status             = 0;
   unsigned long long acc = 0;
   for (long i = 0; i < calls; ++i) {
-    check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
+    driver_check(fn(stream, &status), "cuStreamIsCapturing");
     acc += static_cast<unsigned long long>(status);
   }
   sink.store(acc, std::memory_order_relaxed);
@@ -248,10 +271,12 @@ void is_capturing_calls(cudaStream_t stream, long calls)
 
 void get_id_calls(cudaStream_t stream, long calls)
 {
+  static auto* const fn =
+    driver_fn<int (*)(cudaStream_t, unsigned long long*)>("cuStreamGetId", 12000);
   unsigned long long id  = 0;
   unsigned long long acc = 0;
   for (long i = 0; i < calls; ++i) {
-    check(cudaStreamGetId(stream, &id), "cudaStreamGetId");
+    driver_check(fn(stream, &id), "cuStreamGetId");
     acc += id;
   }
   sink.store(acc, std::memory_order_relaxed);
@@ -261,9 +286,10 @@ void get_id_calls(cudaStream_t stream, long calls)
 // on the block's stream. Each call of the body makes its own event.
 void event_record_calls(cudaStream_t stream, long calls)
 {
+  static auto* const fn = driver_fn<int (*)(cudaEvent_t, cudaStream_t)>("cuEventRecord", 2000);
   cudaEvent_t event{};
   check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-  for (long i = 0; i < calls; ++i) { check(cudaEventRecord(event, stream), "cudaEventRecord"); }
+  for (long i = 0; i < calls; ++i) { driver_check(fn(event, stream), "cuEventRecord"); }
   check(cudaEventDestroy(event), "cudaEventDestroy");
 }
 
@@ -597,8 +623,8 @@ int main(int argc, char** argv)
   os << ",\"calls\":{";
   try {
     auto const c = measure_calls(stream, p);
-    char const* names[4]                 = {"cudaStreamIsCapturing", "cudaStreamGetId",
-                                            "cudaEventRecord", "front_cache take+put"};
+    char const* names[4]                 = {"cuStreamIsCapturing", "cuStreamGetId",
+                                            "cuEventRecord", "front_cache take+put"};
     std::vector<double> const* rounds[4] = {&c.is_capturing, &c.get_id, &c.event_record,
                                             &c.take_put};
     for (int i = 0; i < 4; ++i) {
@@ -608,8 +634,8 @@ int main(int argc, char** argv)
   } catch (std::exception const& e) {
     errors["calls"] = e.what();
   }
-  os << "},\"calls_per_hit_pair\":{\"cudaStreamIsCapturing\":2,\"cudaStreamGetId\":2,"
-        "\"cudaEventRecord\":1,\"front_cache take+put\":1}";
+  os << "},\"calls_per_hit_pair\":{\"cuStreamIsCapturing\":2,\"cuStreamGetId\":2,"
+        "\"cuEventRecord\":1,\"front_cache take+put\":1}";
 
   // c. threads: hit pairs on the pinned kind, and the two CUDA calls of a hit, alone
   int const thread_rounds = std::max(5, p.rounds / 4);
@@ -653,9 +679,9 @@ int main(int argc, char** argv)
   os << "},\"calls\":{";
   bool first_call = true;
   for (auto const& [name, body] :
-       {std::pair<char const*, thread_body>{"cudaStreamIsCapturing", is_capturing_calls},
-        std::pair<char const*, thread_body>{"cudaStreamGetId", get_id_calls},
-        std::pair<char const*, thread_body>{"cudaEventRecord", event_record_calls}}) {
+       {std::pair<char const*, thread_body>{"cuStreamIsCapturing", is_capturing_calls},
+        std::pair<char const*, thread_body>{"cuStreamGetId", get_id_calls},
+        std::pair<char const*, thread_body>{"cuEventRecord", event_record_calls}}) {
     auto const t = measure_threads(body, streams, p, thread_rounds);
     if (!t.error.empty()) {
       errors[std::string{"threads:"} + name] = t.error;

@@ -92,12 +92,11 @@ class HistoryRecorder:
     def note_allocation(self, ptr: int) -> None:
         """The Python stack of an allocation, when stacks="python"."""
         if self._stacks == "python" and ptr:
-            frames = traceback.extract_stack(limit=_FRAMES + 8)
-            while frames and frames[-1].filename.startswith(_PACKAGE):
-                frames.pop()
-            frames = frames[-_FRAMES:]
+            stack = traceback.extract_stack(limit=_FRAMES + 8)
+            while stack and stack[-1].filename.startswith(_PACKAGE):
+                stack.pop()
             self._frames.append((ptr, [{"filename": f.filename, "line": f.lineno or 0,
-                                        "name": f.name} for f in reversed(frames)]))
+                                        "name": f.name} for f in reversed(stack[-_FRAMES:])]))
 
     def describe_outstanding(self, largest: int = 5) -> str:
         """The largest allocations live now, for an out-of-memory message."""

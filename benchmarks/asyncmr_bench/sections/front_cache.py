@@ -10,8 +10,9 @@ one run:
    ``cache_info`` (hits, bytes against the cap), and the bytes left after ``release_cache()``.
 2. **The C++ program** ``cache_bench`` (``benchmarks/cpp``): a hit pair through
    ``rmm::device_async_resource_ref`` against the uncached resource and the raw floor on the same
-   pool (pinned, device, managed), the CUDA calls a hit makes, each alone
-   (``cudaStreamIsCapturing``, ``cudaStreamGetId``, the bare cache's take+put), and 8 threads on
+   pool (pinned, device, managed), the driver calls a hit makes, each alone
+   (``cuStreamIsCapturing``, ``cuStreamGetId``, ``cuEventRecord``: the put's marker; the bare
+   cache's take+put), and 8 threads on
    8 streams against one thread on one cached pinned resource. Skipped, with the reason, when the
    program is not built: the Python half still runs.
 
@@ -163,8 +164,9 @@ def run(cfg, ctx) -> dict:
             "stream-ordered)",
             "C++ (cache_bench): ns per pair through rmm::device_async_resource_ref; 'floor' is "
             "cudaMallocFromPoolAsync + cudaFreeAsync on the same owned pool; a hit makes "
-            "cudaStreamIsCapturing and cudaStreamGetId once in allocate and once in deallocate, "
-            "plus the cache's take and put",
+            "the driver's cuStreamIsCapturing and cuStreamGetId once in allocate and once in "
+            "deallocate, cuEventRecord once (the put's marker: the stream's order, taken while "
+            "the stream is surely alive), plus the cache's take and put",
         ],
     }
 
