@@ -11,6 +11,8 @@
 #include "detail/placement.hpp"
 #include "detail/stream_cache.hpp"
 
+#include <asyncmr/detail/capture_mode.hpp>
+
 #include <cuda_runtime_api.h>
 
 #include <stdexcept>
@@ -105,7 +107,78 @@ batch non_empty(std::span<memory_range const> ranges)
                           version_string(versions().runtime)};
 }
 
+cudaMemoryAdvise to_cuda(memory_advice advice) noexcept
+{
+  switch (advice) {
+    case memory_advice::set_read_mostly: return cudaMemAdviseSetReadMostly;
+    case memory_advice::unset_read_mostly: return cudaMemAdviseUnsetReadMostly;
+    case memory_advice::set_preferred_location: return cudaMemAdviseSetPreferredLocation;
+    case memory_advice::unset_preferred_location: return cudaMemAdviseUnsetPreferredLocation;
+    case memory_advice::set_accessed_by: return cudaMemAdviseSetAccessedBy;
+    case memory_advice::unset_accessed_by: return cudaMemAdviseUnsetAccessedBy;
+  }
+  return cudaMemAdviseSetReadMostly;  // unreachable: every enumerator is listed
+}
+
+bool known(memory_advice advice) noexcept
+{
+  return static_cast<int>(advice) >= static_cast<int>(memory_advice::set_read_mostly) &&
+         static_cast<int>(advice) <= static_cast<int>(memory_advice::unset_accessed_by);
+}
+
 }  // namespace
+
+char const* to_string(memory_advice advice) noexcept
+{
+  switch (advice) {
+    case memory_advice::set_read_mostly: return "set_read_mostly";
+    case memory_advice::unset_read_mostly: return "unset_read_mostly";
+    case memory_advice::set_preferred_location: return "set_preferred_location";
+    case memory_advice::unset_preferred_location: return "unset_preferred_location";
+    case memory_advice::set_accessed_by: return "set_accessed_by";
+    case memory_advice::unset_accessed_by: return "unset_accessed_by";
+  }
+  return "unknown";
+}
+
+void advise(std::span<memory_range const> ranges, memory_advice advice, location to)
+{
+  if (!known(advice)) {
+    throw std::invalid_argument{"asyncmr: advise: unknown advice " +
+                                std::to_string(static_cast<int>(advice))};
+  }
+  detail::check_prefetch_target(to);  // a device or the host, as for prefetch
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    if (ranges[i].ptr == nullptr && ranges[i].bytes != 0) {
+      throw std::invalid_argument{"asyncmr: advise: range " + std::to_string(i) +
+                                  " is a null pointer of " + std::to_string(ranges[i].bytes) +
+                                  " bytes"};
+    }
+  }
+  static_cast<void>(require_cuda());
+  detail::relaxed_capture_guard guard;
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    if (ranges[i].bytes == 0) { continue; }
+#if CUDART_VERSION >= 13000
+    auto const status = cudaMemAdvise(ranges[i].ptr, ranges[i].bytes, to_cuda(advice), to.to_cuda());
+#else
+    auto const status =
+      cudaMemAdvise_v2(ranges[i].ptr, ranges[i].bytes, to_cuda(advice), to.to_cuda());
+#endif
+    if (status == cudaSuccess) { continue; }
+    std::string const range = "range " + std::to_string(i) + " (" +
+                              std::to_string(ranges[i].bytes) + " bytes)";
+    if (status == cudaErrorNotSupported) {
+      detail::clear_own_error(status);
+      throw unsupported_error{
+        std::string{"asyncmr: advise("} + to_string(advice) + ") of " + range +
+        ": the driver takes no advice on this memory (cudaErrorNotSupported; on memory-pool "
+        "allocations every kind is refused, docs/DRIVER_FACTS.md). For a managed pool use its "
+        "location (AsyncManagedMR(location=...)), set_access, or prefetch"};
+    }
+    refused((std::string{"advise("} + to_string(advice) + ")").c_str(), range, status);
+  }
+}
 
 bool can_discard() noexcept { return CUDART_VERSION >= 13000; }
 

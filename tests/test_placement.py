@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``asyncmr.prefetch`` / ``discard`` / ``discard_and_prefetch``: what they accept (checked before
-any CUDA call, on any machine), and on the GPU where the driver says each range went, what
-memory they refuse without harming the context, and that a capture is never touched."""
+"""``asyncmr.prefetch`` / ``discard`` / ``discard_and_prefetch`` / ``advise``: what they accept
+(checked before any CUDA call, on any machine), and on the GPU where the driver says each range
+went, what memory they refuse without harming the context, and that a capture is never
+touched."""
 
 import pytest
 from rmm.pylibrmm.stream import Stream
@@ -50,6 +51,8 @@ def test_bad_ranges_are_refused_before_cuda(bad, error, match):
         asyncmr.prefetch(bad)
     with pytest.raises(error, match=match):
         asyncmr.discard(bad)
+    with pytest.raises(error, match=match):
+        asyncmr.advise(bad, "set_read_mostly")
 
 
 def test_a_bad_target_is_refused_before_cuda():
@@ -59,6 +62,14 @@ def test_a_bad_target_is_refused_before_cuda():
         asyncmr.discard_and_prefetch((4096, 16), to=True)
     with pytest.raises(ValueError, match=r"to must be in \[0, 2\*\*31\), got -1"):
         asyncmr.prefetch((4096, 16), to=-1)
+    with pytest.raises(ValueError, match=r'to must be "device", a device ordinal, "host"'):
+        asyncmr.advise((4096, 16), "set_preferred_location", to="gpu")
+
+
+@pytest.mark.parametrize("advice", ["prefer_gpu", "SetReadMostly", 2, None])
+def test_an_unknown_advice_is_refused_before_cuda(advice):
+    with pytest.raises(ValueError, match=r"advice must be one of \('set_read_mostly', "):
+        asyncmr.advise((4096, 16), advice)
 
 
 # ---- on the GPU ---------------------------------------------------------------------------------
@@ -142,3 +153,90 @@ def test_discard_then_write_and_discard_and_prefetch(gpu):
     assert last_prefetch(p, 2 * MiB) == CPU
     mr.deallocate(p, 2 * MiB, s)
     cs.synchronize()
+
+
+# ---- advice ---------------------------------------------------------------------------------
+
+def _preferred_location(ptr, nbytes):
+    cudart = require_module("cuda.bindings.runtime", "the test asks the driver for the advice")
+    attr = cudart.cudaMemRangeAttribute.cudaMemRangeAttributePreferredLocation
+    err, value = cudart.cudaMemRangeGetAttribute(4, attr, ptr, nbytes)
+    assert err == cudart.cudaError_t.cudaSuccess, err
+    return int.from_bytes(value if isinstance(value, bytes) else int(value).to_bytes(
+        4, "little", signed=True), "little", signed=True)
+
+
+@pytest.mark.parametrize("advice", asyncmr.ADVICE)
+def test_managed_pool_memory_takes_no_advice_and_the_message_names_what_works(gpu, advice):
+    # docs/DRIVER_FACTS.md: driver 580 refuses every kind on managed pool memory. A driver that
+    # starts to take advice fails this test, and the table and the message must change with it.
+    mr = AsyncManagedMR(pool="new")
+    s = Stream()
+    p = mr.allocate(MiB, s)
+    s.synchronize()
+    with pytest.raises(asyncmr.UnsupportedError,
+                       match=rf"advise\({advice}\) of range 0 \(1048576 bytes\): the driver takes "
+                             r"no advice .*AsyncManagedMR\(location=\.\.\.\), set_access, or "
+                             r"prefetch"):
+        asyncmr.advise((p, MiB), advice, to="device")
+    q = mr.allocate(MiB, s)  # the context is fine
+    for b in (p, q):
+        mr.deallocate(b, MiB, s)
+    s.synchronize()
+
+
+def test_cuda_malloc_managed_memory_takes_every_advice(gpu):
+    import rmm
+
+    buf = rmm.DeviceBuffer(size=2 * MiB, mr=rmm.mr.ManagedMemoryResource())
+    asyncmr.advise(buf, "set_preferred_location", to="host")
+    assert _preferred_location(buf.ptr, buf.size) == CPU
+    asyncmr.advise((buf.ptr, buf.size), "set_preferred_location", to=0)
+    assert _preferred_location(buf.ptr, buf.size) == 0
+    for advice in asyncmr.ADVICE:
+        asyncmr.advise([(buf.ptr, MiB), (buf.ptr + MiB, MiB)], advice, to="device")
+    # unset_accessed_by came last; unset_preferred_location before it cleared the preference.
+    assert _preferred_location(buf.ptr, buf.size) == -2  # cudaInvalidDeviceId: none set
+
+
+def test_advice_on_device_memory_is_refused_and_the_context_keeps_working(gpu):
+    mr = AsyncDeviceMR(pool="new")
+    s = Stream()
+    p = mr.allocate(MiB, s)
+    s.synchronize()
+    with pytest.raises((ValueError, asyncmr.UnsupportedError), match=r"advise\(set_read_mostly\)"):
+        asyncmr.advise((p, MiB), "set_read_mostly")
+    q = mr.allocate(MiB, s)
+    for b in (p, q):
+        mr.deallocate(b, MiB, s)
+    s.synchronize()
+
+
+def test_advice_during_another_threads_capture_leaves_it_valid(gpu):
+    import threading
+
+    import rmm
+
+    cupy = require_module("cupy")
+    buf = rmm.DeviceBuffer(size=MiB, mr=rmm.mr.ManagedMemoryResource())
+    cs = cupy.cuda.Stream(non_blocking=True)
+    out = cupy.zeros(16, dtype=cupy.int32)
+    errors = []
+    with cs:
+        cs.begin_capture(cupy.cuda.runtime.streamCaptureModeGlobal)
+        out.fill(5)
+
+        def other():
+            try:
+                asyncmr.advise(buf, "set_accessed_by", to="device")
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        graph = cs.end_capture()
+    assert not errors, errors
+    graph.launch(cs)
+    cs.synchronize()
+    assert int(out[0]) == 5

@@ -51,6 +51,35 @@ void discard_and_prefetch(std::span<memory_range const> ranges,
                           location to,
                           cuda::stream_ref stream);
 
+/// @brief The kinds of `cudaMemAdvise` (each names the `cudaMemoryAdvise` it passes).
+enum class memory_advice {
+  set_read_mostly,           ///< cudaMemAdviseSetReadMostly (the location is not used)
+  unset_read_mostly,         ///< cudaMemAdviseUnsetReadMostly (the location is not used)
+  set_preferred_location,    ///< cudaMemAdviseSetPreferredLocation
+  unset_preferred_location,  ///< cudaMemAdviseUnsetPreferredLocation (the location is not used)
+  set_accessed_by,           ///< cudaMemAdviseSetAccessedBy
+  unset_accessed_by,         ///< cudaMemAdviseUnsetAccessedBy
+};
+
+/// @brief The advice's name as the Python API spells it ("set_read_mostly", ...).
+[[nodiscard]] char const* to_string(memory_advice advice) noexcept;
+
+/**
+ * @brief Gives the driver `advice` about each range (`cudaMemAdvise`, one call per range; not
+ * stream-ordered: it applies when the call returns). Made in relaxed capture mode, so another
+ * thread's capture stays valid. Ranges of 0 bytes are skipped.
+ *
+ * Managed *pool* memory takes no advice on the drivers measured (580: every kind, either target,
+ * `cudaErrorNotSupported`, docs/DRIVER_FACTS.md); for it the pool's own settings are what work:
+ * its location (where new pages go), `set_access`, and `prefetch`. Advice works on
+ * `cudaMallocManaged` memory.
+ * @throws std::invalid_argument for a bad `to` or a null range, before any driver call, and for
+ * a range the driver refuses as not managed memory, naming its index (the ranges before it were
+ * advised); unsupported_error when the driver takes no advice on a range (memory-pool memory),
+ * naming what to use instead
+ */
+void advise(std::span<memory_range const> ranges, memory_advice advice, location to);
+
 /// @brief True when this build of asyncmr can discard (`discard`, `discard_and_prefetch`): the
 /// CUDA 13 one.
 [[nodiscard]] bool can_discard() noexcept;

@@ -17,6 +17,7 @@ from asyncmr._exceptions import (
 )
 from asyncmr._location import Location
 from asyncmr._core import (
+    ADVICE,
     AccessMode,
     AllocationType,
     AsyncDeviceMR,
@@ -28,6 +29,7 @@ from asyncmr._core import (
     MemPool,
     PoolPath,
     PoolSource,
+    advise,
     can_discard,
     device_count,
     discard,
@@ -87,6 +89,8 @@ __all__ = [
     "export_pointer",
     "failed_deallocations",
     "failed_prefetches",
+    "ADVICE",
+    "advise",
     "can_discard",
     "discard",
     "discard_and_prefetch",

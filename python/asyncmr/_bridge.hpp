@@ -106,6 +106,13 @@ inline void discard_and_prefetch_ranges(std::vector<memory_range> const& r, loca
                                 cuda::stream_ref{as_stream(s)});
 }
 
+// `advice`: the index of an asyncmr::memory_advice (checked there).
+inline void advise_ranges(std::vector<memory_range> const& r, int advice, location to)
+{
+  asyncmr::advise(std::span<memory_range const>{r.data(), r.size()},
+                  static_cast<asyncmr::memory_advice>(advice), to);
+}
+
 inline std::uintptr_t allocate(detail::pool_resource_base& mr, std::uintptr_t stream, std::size_t bytes)
 {
   return reinterpret_cast<std::uintptr_t>(

@@ -245,6 +245,7 @@ cdef extern from "_bridge.hpp" namespace "asyncmr_py" nogil:
     void discard_ranges(const vector[memory_range]&, uintptr_t) except +translate_exception
     void discard_and_prefetch_ranges(const vector[memory_range]&, location_t, uintptr_t) \
         except +translate_exception
+    void advise_ranges(const vector[memory_range]&, int, location_t) except +translate_exception
     uintptr_t allocate(pool_resource_base&, uintptr_t, size_t) except +translate_exception
     free_result deallocate(pool_resource_base&, uintptr_t, uintptr_t, size_t)
     string free_failure(const free_result&, uintptr_t, size_t) except +translate_exception

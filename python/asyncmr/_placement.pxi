@@ -60,6 +60,33 @@ def discard_and_prefetch(obj, to="device", Stream stream=DEFAULT_STREAM):
         discard_and_prefetch_ranges(rs, where, s)
 
 
+#: The advice :func:`advise` takes, in the order of asyncmr::memory_advice.
+ADVICE = ("set_read_mostly", "unset_read_mostly", "set_preferred_location",
+          "unset_preferred_location", "set_accessed_by", "unset_accessed_by")
+
+
+def advise(obj, advice, to="device"):
+    """Give the driver ``advice`` (one of :data:`ADVICE`, the ``cudaMemAdvise`` kinds) about
+    managed memory, for ``to`` ("device": the current device, a device ordinal, "host", or a
+    :class:`Location`; the read-mostly kinds and ``unset_preferred_location`` do not use it).
+    ``obj`` as for :func:`prefetch`. Not stream-ordered: the advice applies when the call
+    returns.
+
+    Managed *pool* memory takes no advice on the drivers measured (every kind is refused:
+    docs/DRIVER_FACTS.md): then :class:`asyncmr.UnsupportedError` says what works instead (the
+    pool's ``location``, ``set_access``, :func:`prefetch`). Advice works on ``cudaMallocManaged``
+    memory. ValueError for an unknown advice or a bad ``to`` (before any CUDA call), and for
+    memory that is not managed.
+    """
+    if not isinstance(advice, str) or advice not in ADVICE:
+        raise ValueError(f"asyncmr: advise: advice must be one of {ADVICE}, got {advice!r}")
+    cdef vector[memory_range] rs = _as_ranges(obj)
+    cdef location_t where = _placement_target(to)
+    cdef int kind = ADVICE.index(advice)
+    with nogil:
+        advise_ranges(rs, kind, where)
+
+
 def can_discard():
     """True on the CUDA 13 build, which can :func:`discard`."""
     return c_can_discard()

@@ -3,7 +3,8 @@
  */
 
 // resource_options::prefetch on the GPU: a managed resource sends every allocation, cache hits
-// too, to its target on the allocating stream; never on a capturing stream.
+// too, to its target on the allocating stream; never on a capturing stream. And the placement
+// calls (prefetch, discard, advise) on pool and cudaMallocManaged memory.
 
 #include "test_support.hpp"
 
@@ -88,6 +89,50 @@ TEST_F(PrefetchTest, PlacementCallsMoveRangesAndRefuseWhatTheyCannot)
   device.deallocate(stream_ref(), d, mib);
   for (auto const& r : ranges) { managed.deallocate(stream_ref(), r.ptr, r.bytes); }
   EXPECT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
+}
+
+TEST(AdviceTest, AnUnknownAdviceOrABadTargetIsRefusedBeforeTheDriver)
+{
+  // No GPU needed: both are refused before any CUDA call.
+  std::vector<memory_range> const none;
+  EXPECT_THROW(advise(none, static_cast<memory_advice>(99), location::host()),
+               std::invalid_argument);
+  EXPECT_THROW(advise(none, memory_advice::set_read_mostly, location::none()),
+               std::invalid_argument);
+  std::vector<memory_range> const null_range{{nullptr, 16}};
+  EXPECT_THROW(advise(null_range, memory_advice::set_read_mostly, location::host()),
+               std::invalid_argument);
+  EXPECT_STREQ(to_string(memory_advice::unset_accessed_by), "unset_accessed_by");
+}
+
+TEST_F(PrefetchTest, PoolMemoryTakesNoAdviceAndCudaMallocManagedMemoryTakesAll)
+{
+  async_managed_memory_resource managed{{.source = pool_source::new_pool}};
+  void* p = managed.allocate(stream_ref(), mib);
+  ASSERT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
+  std::vector<memory_range> const pool_range{{p, mib}};
+  void* m = nullptr;
+  ASSERT_EQ(cudaMallocManaged(&m, 2 * mib), cudaSuccess);
+  std::vector<memory_range> const managed_range{{m, 2 * mib}};
+  for (int a = 0; a <= static_cast<int>(memory_advice::unset_accessed_by); ++a) {
+    auto const advice = static_cast<memory_advice>(a);
+    // docs/DRIVER_FACTS.md: driver 580 refuses every kind on pool memory.
+    EXPECT_THROW(advise(pool_range, advice, location::device(0)), unsupported_error)
+      << to_string(advice);
+    EXPECT_NO_THROW(advise(managed_range, advice, location::device(0))) << to_string(advice);
+  }
+  advise(managed_range, memory_advice::set_preferred_location, location::host());
+  int preferred = 0;
+  ASSERT_EQ(cudaMemRangeGetAttribute(&preferred, sizeof preferred,
+                                     cudaMemRangeAttributePreferredLocation, m, 2 * mib),
+            cudaSuccess);
+  EXPECT_EQ(preferred, cudaCpuDeviceId);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "a refusal left an error behind";
+  void* q = managed.allocate(stream_ref(), mib);  // the context is fine
+  managed.deallocate(stream_ref(), q, mib);
+  managed.deallocate(stream_ref(), p, mib);
+  EXPECT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
+  EXPECT_EQ(cudaFree(m), cudaSuccess);
 }
 
 }  // namespace
