@@ -27,6 +27,13 @@
 #             them there) installed before the build, so asyncmr._cudf is built; then
 #             tests/test_cudf.py must run (ASYNCMR_REQUIRE_CUDF=1) and examples/cudf_pinned is
 #             built against the installed C++ package (needs consumer) and run
+#   stacks    cudf.pandas and cuML on asyncmr (needs cudf; cuML's wheels go in CUDF_WHEELS with
+#             cuDF's): tests/test_cudf_pandas.py and tests/test_cuml.py (ASYNCMR_REQUIRE_CUML=1
+#             when cuML is installed), then benchmark section 13 into OUTDIR/bench-stacks.json
+#             (STACKS_BENCH_ARGS, default --quick). LD_LIBRARY_PATH: the site's nvidia/cu13/lib
+#             first (cuML's libcuvs needs an nvJitLink >= 13.3: carry nvidia-nvjitlink), then
+#             every */lib64 of the site; STACKS_PYTHONPATH (e.g. a carried numpy < 2.5, which
+#             cuDF's numba-cuda needs) goes before the site on PYTHONPATH
 #   soak      long stress run (ASYNCMR_STRESS_SECONDS, default 240)
 #   probe     ci/probes/pointer_facts.cu built with the host's nvcc and run: the driver facts the
 #             front cache's ownership rules rely on (docs/DRIVER_FACTS.md); then
@@ -89,7 +96,7 @@ has() {
 }
 for s in "${stages[@]}"; do
   case $s in
-    build|cpp|consumer|pytest|demo|bench|memcheck|tsan|sanitizer|cu12|cudf|cache|cachecheck|soak|probe|before|compare) ;;
+    build|cpp|consumer|pytest|demo|bench|memcheck|tsan|sanitizer|cu12|cudf|stacks|cache|cachecheck|soak|probe|before|compare) ;;
     *) echo "unknown stage: $s" >&2; exit 2 ;;
   esac
 done
@@ -331,6 +338,28 @@ print(":".join(dict.fromkeys(found)))  # PYTHONPATH (the carried wheels) before 
       env LD_LIBRARY_PATH="$ldpath:${LD_LIBRARY_PATH:-}" cuda-gdb -batch -ex run -ex bt \
         build/cudf_pinned/cudf_pinned 2>&1 | tail -40 | tee -a "$log"
     fi
+  fi
+fi
+
+if has stacks; then
+  if ! has cudf || [ -z "${ASYNCMR_REQUIRE_CUDF:-}" ]; then
+    fail stacks "needs the cudf stage and its wheels (cuDF, and cuML's for the cuML half)"
+  else
+    stack_path=${STACKS_PYTHONPATH:+$STACKS_PYTHONPATH:}$site
+    stack_ld=$(PYTHONPATH=$stack_path python3 -c '
+import glob, os, sys
+found = [d for p in sys.path for pat in ("nvidia/cu13/lib", "*/lib64", "nvidia/*/lib64")
+         for d in sorted(glob.glob(os.path.join(p or ".", pat)))]
+print(":".join(dict.fromkeys(found)))')
+    stack_env=(PYTHONPATH="$stack_path" LD_LIBRARY_PATH="$stack_ld:${LD_LIBRARY_PATH:-}")
+    if env "${stack_env[@]}" python3 -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("cuml") is None)'; then
+      stack_env+=(ASYNCMR_REQUIRE_CUML=1)
+    fi
+    run stacks-pytest env "${stack_env[@]}" python3 -m pytest tests/test_cudf_pandas.py \
+      tests/test_cuml.py -q -rs -p no:cacheprovider
+    run stacks-bench env "${stack_env[@]}" python3 -m asyncmr bench ${STACKS_BENCH_ARGS---quick} \
+      --sections 13 --out /tmp/bench-stacks
+    cp /tmp/bench-stacks/results.json "$out/bench-stacks.json" 2>/dev/null
   fi
 fi
 

@@ -197,15 +197,15 @@ def test_skipped_failed_and_unfinished_sections_fail_their_targets():
     assert all("skipped: this asyncmr has no release_gil" in t["note"] for t in gil)
     assert "failed: RuntimeError: boom" in by_name(ts, "pinned_empty")["note"]
     assert "did not finish" in by_name(ts, "H2D bandwidth")["note"]
-    assert targets.tally(ts) == (11, 21, 11)  # sections 11 and 12 (7 + 4) were not asked for
+    assert targets.tally(ts) == (11, 21, 14)  # 11, 12, 13 (7 + 4 + 3) were not asked for
 
 
 def test_targets_of_sections_not_asked_for_are_not_counted():
     doc = load()
     ts = targets.compute_targets(doc)  # a run of sections 1-6
     not_run = [t for t in ts if t["status"] == targets.NOT_RUN]
-    assert {t["section"] for t in not_run} == {7, 9, 11, 12}
-    assert targets.tally(ts) == (13, 17, 15)
+    assert {t["section"] for t in not_run} == {7, 9, 11, 12, 13}
+    assert targets.tally(ts) == (13, 17, 18)
 
 
 # ---- check_targets.py ----------------------------------------------------------------------
@@ -809,3 +809,87 @@ def test_placement_target_without_the_batch_call_uses_the_loop():
     assert not a["met"] and a["value"] == pytest.approx(2.0)
     assert not b_none["met"]
     assert not c["met"] and c["value"] == pytest.approx(4.0 / 3.0)
+
+
+# ---- section 13: the managed stacks --------------------------------------------------------
+
+def _stacks_doc(door_warm, pool_warm, door_first, pool_first, ours_fit, pool_fit):
+    def way(first, warm):
+        return {"first": {"median_s": first[0]}, "warm": {"median_s": warm[0]},
+                "rounds_first_s": first, "rounds_warm_s": warm, "equal_to_pandas": True}
+
+    def fits(rounds):
+        return {"fits": {e: {"median_s": rounds[0], "rounds_s": rounds}
+                         for e in ("KMeans", "LogisticRegression", "RandomForestClassifier",
+                                   "Ridge")}, "equal_to_managed": True}
+
+    return {"params": {"sections": [13]}, "sections": {SECTION_KEYS[13]: {
+        "cudf_pandas": {"rows": 2_000_000, "iterations": 4, "plain_pandas": {"seconds": 9.0},
+                        "results": {"python -m asyncmr cudf-pandas": way(door_first, door_warm),
+                                    "cudf.pandas managed_pool": way(pool_first, pool_warm)}},
+        "cuml": {"rows": 100_000, "cols": 20, "iterations": 3,
+                 "results": {"AsyncManagedMR()": fits(ours_fit),
+                             "rmm PoolMemoryResource(ManagedMemoryResource())": fits(pool_fit)}}}}}
+
+
+def test_managed_stacks_targets_read_the_per_round_ratios(capsys):
+    from asyncmr_bench.sections import REGISTRY
+
+    # Warm ratios 0.7, 0.9, 0.8 -> 0.8 (met); first 1.2, 0.9, 1.1 -> 1.1 (missed); fits 0.5.
+    doc = _stacks_doc(door_warm=[0.7, 0.9, 0.8], pool_warm=[1.0, 1.0, 1.0],
+                      door_first=[1.2, 0.9, 1.1], pool_first=[1.0, 1.0, 1.0],
+                      ours_fit=[0.5, 0.5, 0.5], pool_fit=[1.0, 1.0, 1.0])
+    warm, first, fits = [t for t in targets.compute_targets(doc) if t["section"] == 13]
+    assert warm["value"] == pytest.approx(0.8) and warm["met"]
+    assert first["value"] == pytest.approx(1.1) and not first["met"]
+    assert fits["value"] == pytest.approx(0.5) and fits["met"] and len(fits["cells"]) == 4
+    REGISTRY[13].show(doc["sections"][SECTION_KEYS[13]])
+    printed = capsys.readouterr().out
+    assert "a. cudf.pandas, 2.0 M rows" in printed and "b. cuML fits, 100000 x 20" in printed
+
+
+def test_managed_stacks_skipped_parts_say_why_in_their_targets():
+    doc = {"params": {"sections": [13]}, "sections": {SECTION_KEYS[13]: {
+        "cudf_pandas": {"skipped": "cuDF is not installed"},
+        "cuml": {"skipped": "cuML is not installed"}}}}
+    ts = [t for t in targets.compute_targets(doc) if t["section"] == 13]
+    assert [t["status"] for t in ts] == [targets.NOT_MET] * 3
+    assert "a. cuDF is not installed" in ts[0]["note"] and "b. cuML is not installed" in ts[2]["note"]
+
+
+def test_managed_stacks_compare_answers_value_by_value():
+    from asyncmr_bench.sections.managed_stacks import ML_TOLERANCES, differences
+
+    ref = {"group_sum": [1.0, 2.0], "group_count": [3, 4], "parquet_equal": True}
+    assert differences(dict(ref), ref, {}) == []
+    assert differences({**ref, "group_sum": [1.0, 2.0 + 1e-12]}, ref, {}) == []
+    assert differences({**ref, "group_sum": [1.0, 2.001]}, ref, {}) == ["group_sum"]
+    assert differences({**ref, "group_count": [3, 5]}, ref, {}) == ["group_count"]
+    assert differences({**ref, "parquet_equal": False}, ref, {}) == ["parquet_equal"]
+    assert differences({"group_sum": [1.0]}, ref, {}) == ["group_sum", "group_count",
+                                                           "parquet_equal"]
+    ml = {"RandomForestClassifier": 0.95, "KMeans": 100.0}
+    assert differences({"RandomForestClassifier": 0.955, "KMeans": 100.005}, ml,
+                       ML_TOLERANCES) == []
+    assert differences({"RandomForestClassifier": 0.97, "KMeans": 100.0}, ml,
+                       ML_TOLERANCES) == ["RandomForestClassifier"]
+
+
+def test_the_pandas_workload_runs_under_plain_pandas(tmp_path):
+    """Not a GPU test: the workload script every way runs, under plain pandas, as section 13
+    runs it for the reference answers. Skips where pandas or pyarrow is missing (the GPU host
+    has both)."""
+    pytest.importorskip("pandas", reason="pandas is not installed here; the GPU host has it")
+    pytest.importorskip("pyarrow", reason="pyarrow is not installed here; the GPU host has it")
+    from asyncmr_bench.sections.managed_stacks import PANDAS_SCRIPT
+
+    script = tmp_path / "workload.py"
+    script.write_text(PANDAS_SCRIPT)
+    out = tmp_path / "out.json"
+    subprocess.run([sys.executable, str(script), str(out), str(tmp_path), "20000", "2"],
+                   check=True, timeout=120)
+    got = json.loads(out.read_text())
+    assert len(got["times_s"]) == 2
+    r = got["result"]
+    assert r["parquet_equal"] is True and r["merge_rows"] == 20000
+    assert sum(r["group_count"]) == 20000 and len(r["sorted_head"]) == 500

@@ -118,6 +118,9 @@ def make_config(p: argparse.ArgumentParser, args) -> Config:
         cache_rounds=11 if q else 21,
         placement_bytes=256 * MiB if q else 1 * GiB,
         placement_repeats=5 if q else 9,
+        stack_rows=2_000_000 if q else 4_000_000,
+        stack_repeats=2 if q else 3,
+        ml_rows=100_000 if q else 200_000,
     )
 
 

@@ -30,6 +30,7 @@ SECTIONS = {
          "Front cache: cached pinned pairs vs CuPy's pinned pool, C++ hits, threads"),
     12: ("12_managed_placement",
          "Managed placement: prefetch before a kernel, at allocation, many ranges, discard"),
+    13: ("13_managed_stacks", "Managed stacks: cudf.pandas and cuML on asyncmr vs RMM's managed"),
 }
 SECTION_KEYS = {num: key for num, (key, _) in SECTIONS.items()}
 SECTION_TITLES = {num: title for num, (_, title) in SECTIONS.items()}

@@ -87,6 +87,11 @@ class Config:
     placement_bytes: int = 256 * MiB  # section 12: the managed buffer of scenarios a, b, d
     placement_repeats: int = 5  # section 12: interleaved rounds per scenario
     placement_ranges: int = 1000  # section 12: 64 KiB ranges of scenario c
+    stack_rows: int = 4_000_000  # section 13: rows of the cudf.pandas workload
+    stack_iters: int = 4  # section 13: workload runs per process (the first, then warm ones)
+    stack_repeats: int = 3  # section 13: rounds of fresh processes per way
+    ml_rows: int = 200_000  # section 13: rows of the cuML dataset (20 float32 columns)
+    ml_iters: int = 3  # section 13: runs of each fit per process
 
 
 def thread_sizes(quick: bool) -> list:

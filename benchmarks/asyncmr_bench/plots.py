@@ -26,7 +26,7 @@ def write_plots(doc: dict, out: Path) -> dict:
     for num, fn in ((1, _plot_pair_cost), (2, _plot_sync), (3, _plot_threads),
                     (4, _plot_frag), (5, _plot_staging), (6, _plot_cupy), (7, _plot_gil),
                     (8, _plot_cupy_pinned), (9, _plot_pinned_arrays), (10, _plot_cudf),
-                    (11, _plot_front_cache), (12, _plot_placement)):
+                    (11, _plot_front_cache), (12, _plot_placement), (13, _plot_stacks)):
         key = SECTION_KEYS[num]
         res = secs.get(key)
         if not res or section_failed(res) or "skipped" in res:
@@ -358,6 +358,40 @@ def _plot_placement(plt, res, meta):
         ax.set_xlabel("ms per round (median)")
     _legend(axes[0], plt, (ASYNCMR, OTHER), loc="lower right")
     fig.suptitle(f"Managed placement -- {_subtitle(meta)}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _plot_stacks(plt, res, meta):
+    pd_ = {w: e for w, e in ((res.get("cudf_pandas") or {}).get("results") or {}).items()
+           if "error" not in e}
+    ml = {w: e for w, e in ((res.get("cuml") or {}).get("results") or {}).items()
+          if "error" not in e}
+    panels = []
+    for key in ("first", "warm"):
+        if pd_:
+            panels.append((f"a. cudf.pandas workload, {key} (s, median)",
+                           {w: e[key]["median_s"] for w, e in pd_.items()}))
+    if ml:
+        estimators = next(iter(ml.values()))["fits"].keys()
+        for est in estimators:
+            panels.append((f"b. cuML {est} fit (s, median)",
+                           {w: e["fits"][est]["median_s"] for w, e in ml.items()}))
+    if not panels:
+        return None
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 1.3 * len(panels) + 1.2))
+    axes = [axes] if len(panels) == 1 else list(axes)
+    for ax, (title, values) in zip(axes, panels):
+        names = list(values)
+        ax.barh(range(len(names)), [values[n] for n in names],
+                color=[ASYNCMR if n.startswith(("python -m asyncmr", "Async")) else OTHER
+                       for n in names])
+        ax.set_yticks(range(len(names)))
+        ax.set_yticklabels(names, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_title(title, fontsize=9)
+    _legend(axes[0], plt, (ASYNCMR, OTHER))
+    fig.suptitle(f"Managed stacks -- {_subtitle(meta)}", fontsize=9)
     fig.tight_layout()
     return fig
 

@@ -11,7 +11,7 @@ from typing import Callable, NamedTuple
 from ..common import SECTION_KEYS, SECTION_TITLES
 from . import (
     cudf_parquet, cupy_pinned, fragmentation, front_cache, gil, managed_cupy, managed_placement,
-    pair_cost, pinned_arrays, pinned_staging, sync_threshold, threads,
+    managed_stacks, pair_cost, pinned_arrays, pinned_staging, sync_threshold, threads,
 )
 
 
@@ -35,6 +35,7 @@ _MODULES = {
     10: cudf_parquet,
     11: front_cache,
     12: managed_placement,
+    13: managed_stacks,
 }
 
 REGISTRY = {num: Section(SECTION_KEYS[num], SECTION_TITLES[num], mod.run, mod.show)

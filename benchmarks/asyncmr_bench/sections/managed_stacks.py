@@ -1,0 +1,383 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Section 13: the managed stacks people run, on asyncmr and on what they use today.
+
+a. **cudf.pandas**: one pandas workload (groupby-aggregate, merge, sort, string ops, a Parquet
+   round trip on ``stack_rows`` rows), each way in a fresh process: ``python -m asyncmr
+   cudf-pandas`` (the door: an ``AsyncManagedMR`` and libcudf's prefetching) and ``python -m
+   cudf.pandas`` with ``CUDF_PANDAS_RMM_MODE`` "managed", "managed_pool" (its default) and
+   "async". A process runs the workload ``stack_iters`` times: the first is the *first run*
+   (what a user's script meets: imports, JIT, the pool's growth), the median of the others the
+   *warm* time. Every way's answers are compared value by value with plain pandas' (the same
+   script without cudf.pandas, run once).
+b. **cuML**: KMeans, LogisticRegression, RandomForestClassifier and Ridge fitted on a
+   ``ml_rows`` x 20 float32 dataset, each way in a fresh process with its resource as RMM's
+   current one (CuPy through RMM): ``AsyncManagedMR()``, RMM's ``ManagedMemoryResource``,
+   ``PoolMemoryResource(ManagedMemoryResource())`` and ``CudaAsyncMemoryResource``. Each fit
+   runs ``ml_iters`` times; the median of all but the first is its time. The fits are compared
+   with those on ``ManagedMemoryResource`` within each estimator's tolerance.
+Rounds (``stack_repeats``) run the ways in rotating order. Targets (targets.py), medians of
+per-round ratios: the door's warm time <= 0.85x "managed_pool"'s and its first run <= 1.0x;
+each cuML fit on asyncmr <= 0.9x its time on ``PoolMemoryResource(ManagedMemoryResource())``.
+Skipped, with the reason, where cuDF (a) or cuML (b) is not installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+from ..common import SECTION_TITLES, err_text, print_ratio_values, print_table, summarize
+from ..harness import Skip
+
+PLAIN = "plain pandas (CPU)"
+DOOR = "python -m asyncmr cudf-pandas"
+MODES = ("managed", "managed_pool", "async")
+ML_WAYS = {"AsyncManagedMR()": "asyncmr", "rmm ManagedMemoryResource": "managed",
+           "rmm PoolMemoryResource(ManagedMemoryResource())": "managed_pool",
+           "rmm CudaAsyncMemoryResource": "async"}
+ML_REFERENCE = "rmm ManagedMemoryResource"
+ML_POOL = "rmm PoolMemoryResource(ManagedMemoryResource())"
+ESTIMATORS = ("KMeans", "LogisticRegression", "RandomForestClassifier", "Ridge")
+TIMEOUT_S = 600
+
+
+def mode_name(mode: str) -> str:
+    return f"cudf.pandas {mode}"
+
+
+# The workload, run by every way as a script: argv = out.json, scratch dir, rows, iterations.
+PANDAS_SCRIPT = r'''
+import json
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+
+out, scratch, rows, iters = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+rng = np.random.default_rng(20261202)
+columns = {"k": rng.integers(0, 1000, rows), "v": rng.random(rows),
+           "s": rng.choice(["alpha", "beta", "gamma", "delta"], rows)}
+
+
+def once(i):
+    df = pd.DataFrame(columns)
+    g = df.groupby("k")["v"].agg(["sum", "mean", "count"]).sort_index()
+    m = df.merge(g, left_on="k", right_index=True)
+    ordered = m.sort_values(["k", "v"], kind="stable")
+    lens = df["s"].str.upper().str.len()
+    path = f"{scratch}/round{i}.parquet"
+    df.to_parquet(path)
+    back = pd.read_parquet(path)
+    return {"group_sum": g["sum"].tolist(), "group_mean": g["mean"].tolist(),
+            "group_count": [int(c) for c in g["count"].tolist()], "merge_rows": int(len(m)),
+            "merge_v_sum": float(m["v"].sum()), "sorted_head": ordered["v"].head(500).tolist(),
+            "sorted_tail": ordered["v"].tail(500).tolist(), "str_len_sum": int(lens.sum()),
+            "parquet_equal": bool(back.equals(df))}
+
+
+times = []
+result = None
+for i in range(iters):
+    t0 = time.perf_counter()
+    result = once(i)
+    times.append(time.perf_counter() - t0)
+resource = None
+try:
+    import rmm
+
+    mr = rmm.mr.get_current_device_resource()
+    resource = type(mr).__name__
+except Exception:  # plain pandas: no RMM needed
+    pass
+with open(out, "w") as f:
+    json.dump({"times_s": times, "result": result, "resource": resource}, f)
+'''
+
+# argv = out.json, way (ML_WAYS' values), rows, iterations.
+CUML_SCRIPT = r'''
+import json
+import sys
+import time
+
+import cupy
+import numpy as np
+import rmm
+from rmm.allocators.cupy import rmm_cupy_allocator
+
+out, way, rows, iters = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+if way == "asyncmr":
+    from asyncmr import AsyncManagedMR
+    mr = AsyncManagedMR()
+elif way == "managed":
+    mr = rmm.mr.ManagedMemoryResource()
+elif way == "managed_pool":
+    mr = rmm.mr.PoolMemoryResource(rmm.mr.ManagedMemoryResource())
+else:
+    mr = rmm.mr.CudaAsyncMemoryResource()
+rmm.mr.set_current_device_resource(mr)
+cupy.cuda.set_allocator(rmm_cupy_allocator)
+from cuml.cluster import KMeans
+from cuml.ensemble import RandomForestClassifier
+from cuml.linear_model import LogisticRegression, Ridge
+
+rng = np.random.default_rng(20261202)
+x_host = rng.standard_normal((rows, 20), dtype=np.float32)
+w = rng.standard_normal(20).astype(np.float32)
+y_reg_host = x_host @ w + 0.01 * rng.standard_normal(rows).astype(np.float32)
+x, y_reg = cupy.asarray(x_host), cupy.asarray(y_reg_host)
+y_cls = (y_reg > 0).astype(cupy.int32)
+fits = {
+    "KMeans": lambda: KMeans(n_clusters=8, random_state=1, n_init=1, max_iter=100).fit(x),
+    "LogisticRegression": lambda: LogisticRegression(max_iter=300).fit(x, y_cls),
+    "RandomForestClassifier": lambda: RandomForestClassifier(
+        n_estimators=50, max_depth=10, random_state=1, n_streams=1).fit(x, y_cls),
+    "Ridge": lambda: Ridge(alpha=1.0).fit(x, y_reg),
+}
+times, models = {}, {}
+for name, fit in fits.items():
+    times[name] = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        models[name] = fit()
+        cupy.cuda.runtime.deviceSynchronize()
+        times[name].append(time.perf_counter() - t0)
+result = {
+    "KMeans": float(models["KMeans"].inertia_),
+    "LogisticRegression": cupy.asnumpy(cupy.asarray(models["LogisticRegression"].coef_)).ravel().tolist(),
+    "RandomForestClassifier": float((models["RandomForestClassifier"].predict(x) == y_cls).mean()),
+    "Ridge": cupy.asnumpy(cupy.asarray(models["Ridge"].coef_)).ravel().tolist(),
+}
+peak = None
+attributes = getattr(mr, "attributes", None)
+if attributes is not None:
+    peak = int(attributes.used_mem_high)
+with open(out, "w") as f:
+    json.dump({"times_s": times, "result": result, "resource": type(mr).__name__,
+               "pool_used_high": peak}, f)
+'''
+
+
+def _run(argv: list, env_extra: dict, scratch: str) -> dict:
+    """Runs one way in a fresh process (``argv`` names ``scratch``/out.json for its answer);
+    that JSON, or {"error": ...}."""
+    out = os.path.join(scratch, "out.json")
+    if os.path.exists(out):
+        os.remove(out)
+    env = {**os.environ, **env_extra}
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=TIMEOUT_S,
+                           check=False)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no answer within {TIMEOUT_S} s"}
+    if p.returncode != 0 or not os.path.exists(out):
+        tail = (p.stderr or p.stdout or "").strip().splitlines()[-3:]
+        return {"error": f"exit {p.returncode}: {' | '.join(tail)}"}
+    with open(out) as f:
+        return json.load(f)
+
+
+def _close(a, b, rel: float, abs_: float = 0.0) -> bool:
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y, rel, abs_) for x, y in zip(a, b))
+    if isinstance(a, bool) or isinstance(b, bool) or isinstance(a, int) and isinstance(b, int):
+        return a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(a, b, rel_tol=rel, abs_tol=abs_)
+    return a == b
+
+
+def differences(result: dict, reference: dict, tolerances: dict) -> list:
+    """The keys where ``result`` differs from ``reference`` (floats within ``tolerances``:
+    {key: (rel, abs)}, default exact to 1e-9 relative)."""
+    return [k for k in reference
+            if k not in result or not _close(result[k], reference[k],
+                                             *tolerances.get(k, (1e-9, 0.0)))]
+
+
+# cuML fits on two resources agree within each estimator's tolerance (the forest's accuracy
+# within a point, the others as tests/test_cuml.py asks).
+ML_TOLERANCES = {"KMeans": (1e-4, 0.0), "LogisticRegression": (1e-3, 1e-4),
+                 "RandomForestClassifier": (0.0, 0.01), "Ridge": (1e-4, 1e-5)}
+
+
+def _first_and_warm(times: list) -> tuple:
+    warm = times[1:] or times
+    return times[0], sorted(warm)[len(warm) // 2]
+
+
+def _pandas(cfg, scratch: str) -> dict:
+    script = os.path.join(scratch, "workload.py")
+    with open(script, "w") as f:
+        f.write(PANDAS_SCRIPT)
+    args = [str(cfg.stack_rows), str(cfg.stack_iters)]
+    py = sys.executable
+    plain_dir = os.path.join(scratch, "plain")
+    os.makedirs(plain_dir, exist_ok=True)
+    plain = _run([py, script, os.path.join(plain_dir, "out.json"), plain_dir,
+                  str(cfg.stack_rows), "1"], {}, plain_dir)
+    ways = {DOOR: ([py, "-m", "asyncmr", "cudf-pandas"], {})}
+    for m in MODES:
+        ways[mode_name(m)] = ([py, "-m", "cudf.pandas"], {"CUDF_PANDAS_RMM_MODE": m})
+    rounds: dict = {w: {"first_s": [], "warm_s": []} for w in ways}
+    seen: dict = {}
+    names = list(ways)
+    for r in range(cfg.stack_repeats):
+        for i in range(len(names)):
+            w = names[(r + i) % len(names)]
+            if "error" in rounds[w]:
+                continue
+            prefix, env = ways[w]
+            d = os.path.join(scratch, w.replace(" ", "_"))
+            os.makedirs(d, exist_ok=True)
+            got = _run(prefix + [script, os.path.join(d, "out.json"), d] + args, env, d)
+            if "error" in got:
+                rounds[w] = {"error": got["error"]}
+                continue
+            first, warm = _first_and_warm(got["times_s"])
+            rounds[w]["first_s"].append(first)
+            rounds[w]["warm_s"].append(warm)
+            seen[w] = got
+    results = {}
+    for w, e in rounds.items():
+        if "error" in e:
+            results[w] = e
+            continue
+        got = seen[w]
+        diff = differences(got["result"], plain["result"], {}) if "result" in plain else None
+        results[w] = {"first": summarize(e["first_s"], "s"), "warm": summarize(e["warm_s"], "s"),
+                      "rounds_first_s": e["first_s"], "rounds_warm_s": e["warm_s"],
+                      "resource": got.get("resource"),
+                      "equal_to_pandas": diff == [] if diff is not None else None,
+                      "differs_in": diff}
+    return {"rows": cfg.stack_rows, "iterations": cfg.stack_iters,
+            "plain_pandas": ({"error": plain["error"]} if "error" in plain else
+                             {"seconds": plain["times_s"][0]}),
+            "results": results}
+
+
+def _cuml(cfg, scratch: str) -> dict:
+    script = os.path.join(scratch, "fits.py")
+    with open(script, "w") as f:
+        f.write(CUML_SCRIPT)
+    rounds: dict = {w: {e: [] for e in ESTIMATORS} for w in ML_WAYS}
+    seen: dict = {}
+    names = list(ML_WAYS)
+    for r in range(cfg.stack_repeats):
+        for i in range(len(names)):
+            w = names[(r + i) % len(names)]
+            if "error" in rounds[w]:
+                continue
+            d = os.path.join(scratch, ML_WAYS[w])
+            os.makedirs(d, exist_ok=True)
+            got = _run([sys.executable, script, os.path.join(d, "out.json"), ML_WAYS[w],
+                        str(cfg.ml_rows), str(cfg.ml_iters)], {}, d)
+            if "error" in got:
+                rounds[w] = {"error": got["error"]}
+                continue
+            for e in ESTIMATORS:
+                rounds[w][e].append(_first_and_warm(got["times_s"][e])[1])
+            seen[w] = got
+    reference = seen.get(ML_REFERENCE, {}).get("result")
+    results = {}
+    for w, e in rounds.items():
+        if "error" in e:
+            results[w] = e
+            continue
+        diff = differences(seen[w]["result"], reference, ML_TOLERANCES) if reference else None
+        results[w] = {"fits": {est: {**summarize(v, "s"), "rounds_s": v} for est, v in e.items()},
+                      "resource": seen[w].get("resource"),
+                      "pool_used_high": seen[w].get("pool_used_high"),
+                      "equal_to_managed": diff == [] if diff is not None else None,
+                      "differs_in": diff}
+    return {"rows": cfg.ml_rows, "cols": 20, "iterations": cfg.ml_iters, "results": results}
+
+
+def run(cfg, ctx) -> dict:
+    have_cudf = importlib.util.find_spec("cudf") is not None
+    have_cuml = importlib.util.find_spec("cuml") is not None
+    if not have_cudf and not have_cuml:
+        raise Skip("neither cuDF (a, cudf.pandas) nor cuML (b) is installed")
+    out: dict = {}
+    with tempfile.TemporaryDirectory(prefix="asyncmr-stacks-") as scratch:
+        if have_cudf:
+            try:
+                out["cudf_pandas"] = _pandas(cfg, scratch)
+            except Exception as e:  # noqa: BLE001 - recorded; b still runs
+                out["cudf_pandas"] = {"error": err_text(e)}
+        else:
+            out["cudf_pandas"] = {"skipped": "cuDF is not installed"}
+        if have_cuml:
+            try:
+                out["cuml"] = _cuml(cfg, scratch)
+            except Exception as e:  # noqa: BLE001
+                out["cuml"] = {"error": err_text(e)}
+        else:
+            out["cuml"] = {"skipped": "cuML is not installed"}
+    out["notes"] = [
+        "each way in a fresh process (cudf.pandas and RMM's current resource are set once per "
+        "process); ways in rotating order per round",
+        "cudf.pandas: first = the workload's first run in its process, warm = the median of the "
+        "others; answers compared value by value with plain pandas' (floats to 1e-9 relative)",
+        "cuML: a fit's time is the median of its runs after the first; fits compared with "
+        "ManagedMemoryResource's within each estimator's tolerance",
+    ]
+    return out
+
+
+def _ratio_rows(results: dict, num: str, den: str, key: str) -> float | None:
+    a = (results.get(num) or {}).get(key)
+    b = (results.get(den) or {}).get(key)
+    if not isinstance(a, list) or not isinstance(b, list):
+        return None
+    r = sorted(x / y for x, y in zip(a, b) if y)
+    return r[len(r) // 2] if r else None
+
+
+def show(res: dict) -> None:
+    title = SECTION_TITLES[13]
+    pd_ = res.get("cudf_pandas") or {}
+    if "results" in pd_:
+        rows = []
+        for w, e in pd_["results"].items():
+            if "error" in e:
+                rows.append([w, "-", "-", "-", e["error"][:60]])
+                continue
+            rows.append([w, f"{e['first']['median_s']:.3f}", f"{e['warm']['median_s']:.3f}",
+                         str(e.get("equal_to_pandas")), str(e.get("resource"))])
+        print_table(f"{title} -- a. cudf.pandas, {pd_['rows'] / 1e6:.1f} M rows (s, median)",
+                    ["way", "first run", "warm", "equal to pandas", "resource"], rows)
+        plain = pd_.get("plain_pandas") or {}
+        if "seconds" in plain:
+            print(f"  plain pandas on the CPU, one run: {plain['seconds']:.3f} s")
+        r = pd_["results"]
+        pool = mode_name("managed_pool")
+        print_ratio_values({  # medians of per-round ratios
+            f"{DOOR} / {pool}, warm": _ratio_rows(r, DOOR, pool, "rounds_warm_s"),
+            f"{DOOR} / {pool}, first run": _ratio_rows(r, DOOR, pool, "rounds_first_s")})
+    else:
+        print(f"  a. cudf.pandas: {pd_.get('skipped') or pd_.get('error')}")
+    ml = res.get("cuml") or {}
+    if "results" in ml:
+        rows = []
+        for w, e in ml["results"].items():
+            if "error" in e:
+                rows.append([w] + ["-"] * len(ESTIMATORS) + [e["error"][:60]])
+                continue
+            rows.append([w] + [f"{e['fits'][est]['median_s']:.4f}" for est in ESTIMATORS]
+                        + [str(e.get("equal_to_managed"))])
+        print_table(f"{title} -- b. cuML fits, {ml['rows']} x {ml['cols']} float32 (s, median)",
+                    ["way", *ESTIMATORS, "fits equal"], rows)
+        ours = (ml["results"].get("AsyncManagedMR()") or {}).get("fits") or {}
+        pool = (ml["results"].get(ML_POOL) or {}).get("fits") or {}
+        print_ratio_values({  # medians of per-round ratios
+            f"{est}: AsyncManagedMR() / {ML_POOL}":
+                _ratio_rows({"a": ours.get(est) or {}, "b": pool.get(est) or {}}, "a", "b",
+                            "rounds_s") for est in ESTIMATORS})
+    else:
+        print(f"  b. cuML: {ml.get('skipped') or ml.get('error')}")
