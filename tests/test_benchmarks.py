@@ -893,3 +893,19 @@ def test_the_pandas_workload_runs_under_plain_pandas(tmp_path):
     r = got["result"]
     assert r["parquet_equal"] is True and r["merge_rows"] == 20000
     assert sum(r["group_count"]) == 20000 and len(r["sorted_head"]) == 500
+
+
+def test_the_rotating_runner_gives_each_way_a_fresh_process_per_round(tmp_path):
+    """Section 13's runner, with the plain pandas workload as two ways and a failing third."""
+    pytest.importorskip("pandas", reason="pandas is not installed here; the GPU host has it")
+    pytest.importorskip("pyarrow", reason="pyarrow is not installed here; the GPU host has it")
+    from asyncmr_bench.sections.managed_stacks import PANDAS_SCRIPT, _rotating
+
+    script = tmp_path / "workload.py"
+    script.write_text(PANDAS_SCRIPT)
+    way = ([sys.executable, str(script)], ["5000", "2"], {})
+    failing = ([sys.executable, "-c", "import sys; print('broken'); sys.exit(3)"], [], {})
+    got = _rotating({"one": way, "two": way, "bad": failing}, 2, str(tmp_path))
+    assert [len(got["one"]), len(got["two"])] == [2, 2]
+    assert all(len(a["times_s"]) == 2 and a["result"]["parquet_equal"] for a in got["one"])
+    assert got["bad"] == {"error": "exit 3: broken"}

@@ -12,7 +12,7 @@ from asyncmr import AsyncDeviceMR, AsyncManagedMR, Location
 from asyncmr._ranges import ranges
 
 from gpu_helpers import require_module, rmm_cupy
-from test_prefetch import CPU, last_prefetch
+from test_prefetch import CPU, last_prefetch, range_attribute
 
 MiB = 1 << 20
 
@@ -158,12 +158,7 @@ def test_discard_then_write_and_discard_and_prefetch(gpu):
 # ---- advice ---------------------------------------------------------------------------------
 
 def _preferred_location(ptr, nbytes):
-    cudart = require_module("cuda.bindings.runtime", "the test asks the driver for the advice")
-    attr = cudart.cudaMemRangeAttribute.cudaMemRangeAttributePreferredLocation
-    err, value = cudart.cudaMemRangeGetAttribute(4, attr, ptr, nbytes)
-    assert err == cudart.cudaError_t.cudaSuccess, err
-    return int.from_bytes(value if isinstance(value, bytes) else int(value).to_bytes(
-        4, "little", signed=True), "little", signed=True)
+    return range_attribute(ptr, nbytes, "cudaMemRangeAttributePreferredLocation")
 
 
 @pytest.mark.parametrize("advice", asyncmr.ADVICE)

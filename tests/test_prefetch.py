@@ -16,8 +16,13 @@ CPU = -1  # cudaCpuDeviceId: what LastPrefetchLocation answers for the host
 
 
 def last_prefetch(ptr, nbytes):
-    cudart = require_module("cuda.bindings.runtime", "the test asks the driver where a range went")
-    attr = cudart.cudaMemRangeAttribute.cudaMemRangeAttributeLastPrefetchLocation
+    return range_attribute(ptr, nbytes, "cudaMemRangeAttributeLastPrefetchLocation")
+
+
+def range_attribute(ptr, nbytes, name):
+    """A device-ordinal attribute of a managed range (cudaMemRangeGetAttribute), as an int."""
+    cudart = require_module("cuda.bindings.runtime", "the test asks the driver about a range")
+    attr = getattr(cudart.cudaMemRangeAttribute, name)
     err, value = cudart.cudaMemRangeGetAttribute(4, attr, ptr, nbytes)
     assert err == cudart.cudaError_t.cudaSuccess, err
     return int.from_bytes(value if isinstance(value, bytes) else int(value).to_bytes(

@@ -335,6 +335,18 @@ def _plot_front_cache(plt, res, meta):
     return fig
 
 
+def _ours_or_others(ax, values: dict, ours: tuple, title: str):
+    """One panel of horizontal bars, {name: value}: asyncmr's (names starting with ``ours``)
+    in its colour, the others in theirs."""
+    names = list(values)
+    ax.barh(range(len(names)), [values[n] for n in names],
+            color=[ASYNCMR if n.startswith(ours) else OTHER for n in names])
+    ax.set_yticks(range(len(names)))
+    ax.set_yticklabels(names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_title(title, fontsize=9)
+
+
 def _plot_placement(plt, res, meta):
     panels = [(k, t) for k, t in (("host_written", "a. host-written, then a kernel"),
                                   ("reused", "b. reused host-touched pool memory"),
@@ -346,19 +358,12 @@ def _plot_placement(plt, res, meta):
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 1.6 * len(panels) + 1.2))
     axes = [axes] if len(panels) == 1 else list(axes)
     for ax, (key, title) in zip(axes, panels):
-        ok = {w: e for w, e in res[key].items() if "error" not in e}
-        names = list(ok)
-        ax.barh(range(len(names)), [ok[w]["median_ms"] for w in names],
-                color=[ASYNCMR if w.startswith(("asyncmr", "AsyncManagedMR")) else OTHER
-                       for w in names])
-        ax.set_yticks(range(len(names)))
-        ax.set_yticklabels(names, fontsize=8)
-        ax.invert_yaxis()
-        ax.set_title(title, fontsize=9)
+        ok = {w: e["median_ms"] for w, e in res[key].items() if "error" not in e}
+        _ours_or_others(ax, ok, ("asyncmr", "AsyncManagedMR"), title)
         ax.set_xlabel("ms per round (median)")
     _legend(axes[0], plt, (ASYNCMR, OTHER), loc="lower right")
     fig.suptitle(f"Managed placement -- {_subtitle(meta)}", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.94))  # the title and the colour key above the panels
     return fig
 
 
@@ -382,17 +387,10 @@ def _plot_stacks(plt, res, meta):
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 1.3 * len(panels) + 1.2))
     axes = [axes] if len(panels) == 1 else list(axes)
     for ax, (title, values) in zip(axes, panels):
-        names = list(values)
-        ax.barh(range(len(names)), [values[n] for n in names],
-                color=[ASYNCMR if n.startswith(("python -m asyncmr", "Async")) else OTHER
-                       for n in names])
-        ax.set_yticks(range(len(names)))
-        ax.set_yticklabels(names, fontsize=8)
-        ax.invert_yaxis()
-        ax.set_title(title, fontsize=9)
+        _ours_or_others(ax, values, ("python -m asyncmr", "Async"), title)
     _legend(axes[0], plt, (ASYNCMR, OTHER))
     fig.suptitle(f"Managed stacks -- {_subtitle(meta)}", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.94))  # the title and the colour key above the panels
     return fig
 
 

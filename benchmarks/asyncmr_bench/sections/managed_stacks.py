@@ -99,7 +99,7 @@ with open(out, "w") as f:
     json.dump({"times_s": times, "result": result, "resource": resource}, f)
 '''
 
-# argv = out.json, way (ML_WAYS' values), rows, iterations.
+# argv = out.json, scratch dir (unused), way (ML_WAYS' values), rows, iterations.
 CUML_SCRIPT = r'''
 import json
 import sys
@@ -110,7 +110,7 @@ import numpy as np
 import rmm
 from rmm.allocators.cupy import rmm_cupy_allocator
 
-out, way, rows, iters = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+out, way, rows, iters = sys.argv[1], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 if way == "asyncmr":
     from asyncmr import AsyncManagedMR
     mr = AsyncManagedMR()
@@ -206,6 +206,25 @@ ML_TOLERANCES = {"KMeans": (1e-4, 0.0), "LogisticRegression": (1e-3, 1e-4),
                  "RandomForestClassifier": (0.0, 0.01), "Ridge": (1e-4, 1e-5)}
 
 
+def _rotating(ways: dict, repeats: int, scratch: str) -> dict:
+    """Runs each way ``repeats`` times, in rotating order; ``ways``: {name: (argv before the
+    out.json path and the scratch folder, argv after them, extra env)}. Returns {name: [its
+    answers, one per round] or {"error": ...}}: a way that fails once is not run again."""
+    answers: dict = {w: [] for w in ways}
+    names = list(ways)
+    for r in range(repeats):
+        for i in range(len(names)):
+            w = names[(r + i) % len(names)]
+            if isinstance(answers[w], dict):
+                continue
+            before, after, env = ways[w]
+            d = os.path.join(scratch, "".join(c if c.isalnum() else "_" for c in w))
+            os.makedirs(d, exist_ok=True)
+            got = _run(before + [os.path.join(d, "out.json"), d] + after, env, d)
+            answers[w] = {"error": got["error"]} if "error" in got else answers[w] + [got]
+    return answers
+
+
 def _first_and_warm(times: list) -> tuple:
     warm = times[1:] or times
     return times[0], sorted(warm)[len(warm) // 2]
@@ -221,37 +240,19 @@ def _pandas(cfg, scratch: str) -> dict:
     os.makedirs(plain_dir, exist_ok=True)
     plain = _run([py, script, os.path.join(plain_dir, "out.json"), plain_dir,
                   str(cfg.stack_rows), "1"], {}, plain_dir)
-    ways = {DOOR: ([py, "-m", "asyncmr", "cudf-pandas"], {})}
+    ways = {DOOR: ([py, "-m", "asyncmr", "cudf-pandas", script], args, {})}
     for m in MODES:
-        ways[mode_name(m)] = ([py, "-m", "cudf.pandas"], {"CUDF_PANDAS_RMM_MODE": m})
-    rounds: dict = {w: {"first_s": [], "warm_s": []} for w in ways}
-    seen: dict = {}
-    names = list(ways)
-    for r in range(cfg.stack_repeats):
-        for i in range(len(names)):
-            w = names[(r + i) % len(names)]
-            if "error" in rounds[w]:
-                continue
-            prefix, env = ways[w]
-            d = os.path.join(scratch, w.replace(" ", "_"))
-            os.makedirs(d, exist_ok=True)
-            got = _run(prefix + [script, os.path.join(d, "out.json"), d] + args, env, d)
-            if "error" in got:
-                rounds[w] = {"error": got["error"]}
-                continue
-            first, warm = _first_and_warm(got["times_s"])
-            rounds[w]["first_s"].append(first)
-            rounds[w]["warm_s"].append(warm)
-            seen[w] = got
+        ways[mode_name(m)] = ([py, "-m", "cudf.pandas", script], args, {"CUDF_PANDAS_RMM_MODE": m})
     results = {}
-    for w, e in rounds.items():
-        if "error" in e:
-            results[w] = e
+    for w, answers in _rotating(ways, cfg.stack_repeats, scratch).items():
+        if isinstance(answers, dict):
+            results[w] = answers
             continue
-        got = seen[w]
+        firsts, warms = zip(*(_first_and_warm(a["times_s"]) for a in answers))
+        got = answers[-1]
         diff = differences(got["result"], plain["result"], {}) if "result" in plain else None
-        results[w] = {"first": summarize(e["first_s"], "s"), "warm": summarize(e["warm_s"], "s"),
-                      "rounds_first_s": e["first_s"], "rounds_warm_s": e["warm_s"],
+        results[w] = {"first": summarize(firsts, "s"), "warm": summarize(warms, "s"),
+                      "rounds_first_s": list(firsts), "rounds_warm_s": list(warms),
                       "resource": got.get("resource"),
                       "equal_to_pandas": diff == [] if diff is not None else None,
                       "differs_in": diff}
@@ -265,34 +266,23 @@ def _cuml(cfg, scratch: str) -> dict:
     script = os.path.join(scratch, "fits.py")
     with open(script, "w") as f:
         f.write(CUML_SCRIPT)
-    rounds: dict = {w: {e: [] for e in ESTIMATORS} for w in ML_WAYS}
-    seen: dict = {}
-    names = list(ML_WAYS)
-    for r in range(cfg.stack_repeats):
-        for i in range(len(names)):
-            w = names[(r + i) % len(names)]
-            if "error" in rounds[w]:
-                continue
-            d = os.path.join(scratch, ML_WAYS[w])
-            os.makedirs(d, exist_ok=True)
-            got = _run([sys.executable, script, os.path.join(d, "out.json"), ML_WAYS[w],
-                        str(cfg.ml_rows), str(cfg.ml_iters)], {}, d)
-            if "error" in got:
-                rounds[w] = {"error": got["error"]}
-                continue
-            for e in ESTIMATORS:
-                rounds[w][e].append(_first_and_warm(got["times_s"][e])[1])
-            seen[w] = got
-    reference = seen.get(ML_REFERENCE, {}).get("result")
+    after = [str(cfg.ml_rows), str(cfg.ml_iters)]
+    ways = {w: ([sys.executable, script], [way] + after, {}) for w, way in ML_WAYS.items()}
+    rounds = _rotating(ways, cfg.stack_repeats, scratch)
+    reference = rounds.get(ML_REFERENCE)
+    reference = reference[-1]["result"] if isinstance(reference, list) else None
     results = {}
-    for w, e in rounds.items():
-        if "error" in e:
-            results[w] = e
+    for w, answers in rounds.items():
+        if isinstance(answers, dict):
+            results[w] = answers
             continue
-        diff = differences(seen[w]["result"], reference, ML_TOLERANCES) if reference else None
-        results[w] = {"fits": {est: {**summarize(v, "s"), "rounds_s": v} for est, v in e.items()},
-                      "resource": seen[w].get("resource"),
-                      "pool_used_high": seen[w].get("pool_used_high"),
+        fits = {est: [_first_and_warm(a["times_s"][est])[1] for a in answers]
+                for est in ESTIMATORS}
+        got = answers[-1]
+        diff = differences(got["result"], reference, ML_TOLERANCES) if reference else None
+        results[w] = {"fits": {est: {**summarize(v, "s"), "rounds_s": v} for est, v in fits.items()},
+                      "resource": got.get("resource"),
+                      "pool_used_high": got.get("pool_used_high"),
                       "equal_to_managed": diff == [] if diff is not None else None,
                       "differs_in": diff}
     return {"rows": cfg.ml_rows, "cols": 20, "iterations": cfg.ml_iters, "results": results}
