@@ -12,7 +12,8 @@
 #   consumer  the C++ package installed with `cmake --install`, tests/cpp/consumer built against
 #             it and run (allocates through rmm::device_async_resource_ref from each resource)
 #   pytest    the whole Python suite
-#   demo      python -m asyncmr demo
+#   demo      python -m asyncmr demo, recording the owned pool's history into OUTDIR
+#             (demo-history.pickle, demo-timeline.png: the README's timeline picture)
 #   bench     the benchmark into OUTDIR/bench (quick unless BENCH_ARGS is set; needs cpp)
 #   memcheck  compute-sanitizer memcheck over the Python suite
 #   tsan      the C++ suite built with ThreadSanitizer (-DASYNCMR_SANITIZE=thread) and run
@@ -222,7 +223,7 @@ if has pytest; then
 fi
 
 if has demo; then
-  run demo python3 -m asyncmr demo
+  run demo python3 -m asyncmr demo --history "$out"
 fi
 
 if has bench; then

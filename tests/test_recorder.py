@@ -224,3 +224,26 @@ def test_a_recorded_cupy_pipeline_opens_in_pytorchs_memory_viewer(gpu, tmp_path)
     snapshot = pickle.loads(path.read_bytes())
     assert "<html" in viz.trace_plot(snapshot).lower()
     assert "<html" in viz.segment_plot(snapshot).lower()
+
+
+def test_the_demo_records_its_owned_pool_and_writes_the_snapshot_and_timeline(gpu, tmp_path):
+    import importlib.util
+    import subprocess
+    import sys
+
+    from asyncmr.history import load
+
+    require_module("cupy")
+    proc = subprocess.run([sys.executable, "-m", "asyncmr", "demo", "--elements", str(1 << 18),
+                           "--history", str(tmp_path)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    history = load(tmp_path / "demo-history.pickle")
+    actions = {e["action"] for e in history.events}
+    assert {"alloc", "free", "grow", "trim"} <= actions, actions
+    assert [p["name"] for p in history.header["phases"]] == ["load", "compute", "release"]
+    assert history.events[-1]["reserved"] == 0, "trim_to(0) gave the pool's memory back"
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "demo-timeline.png").stat().st_size > 0
+    else:
+        assert "no timeline" in proc.stderr

@@ -8,6 +8,7 @@ The benchmark is not part of this package: ``bench`` finds it in a source checko
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -61,19 +62,31 @@ def _demo(args) -> int:
     previous_allocator = cupy.cuda.get_allocator()
     stats_rows = []
     failed = False
+    recorded = None
     try:
         cupy.cuda.set_allocator(rmm_cupy_allocator)
         for name, make in resources:
             mr = make()
             stats = rmm.mr.StatisticsResourceAdaptor(mr)
             rmm.mr.set_current_device_resource(stats)
-            with mr.track_peak() as peak:
+            # With --history, the owned pool's run is recorded, in phases, and trimmed after.
+            record = args.history is not None and name == "AsyncDeviceMR(pool='new')"
+            with mr.track_peak() as peak, \
+                    (mr.record_history() if record else contextlib.nullcontext()) as h:
+                phase = h.phase if h is not None else (lambda _: contextlib.nullcontext())
                 # A small pipeline with short-lived temporaries, all from this resource.
-                x = cupy.arange(n, dtype=cupy.float64)
-                y = cupy.sqrt(x * x + 1.0) - 1.0
-                total = _read_scalar(cupy, (y * 2).sum())
-                del x, y
-                cupy.cuda.get_current_stream().synchronize()
+                with phase("load"):
+                    x = cupy.arange(n, dtype=cupy.float64)
+                with phase("compute"):
+                    y = cupy.sqrt(x * x + 1.0) - 1.0
+                    total = _read_scalar(cupy, (y * 2).sum())
+                with phase("release"):
+                    del x, y
+                    cupy.cuda.get_current_stream().synchronize()
+                    if h is not None:
+                        mr.trim_to(0)
+            if h is not None:
+                recorded = h.history()
             counts = stats.allocation_counts
             ok = math.isclose(total, expected, rel_tol=1e-9)
             failed |= not ok
@@ -94,7 +107,27 @@ def _demo(args) -> int:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)))
         if i == 0:
             print("  ".join("-" * w for w in widths))
+    if recorded is not None:
+        _write_history(recorded, Path(args.history))
     return 1 if failed else 0
+
+
+def _write_history(history, where: Path) -> None:
+    """The demo's recording as a PyTorch memory snapshot, and its timeline where matplotlib is."""
+    from asyncmr.history import plot
+
+    where.mkdir(parents=True, exist_ok=True)
+    snapshot = where / "demo-history.pickle"
+    history.save(snapshot)
+    print(f"history: {len(history.events)} events of AsyncDeviceMR(pool='new') in {snapshot} "
+          "(open it at https://pytorch.org/memory_viz)")
+    try:
+        png = plot(history, where / "demo-timeline.png",
+                   title="python -m asyncmr demo: AsyncDeviceMR(pool='new')")
+    except ImportError as e:
+        print(f"history: no timeline ({e})", file=sys.stderr)
+        return
+    print(f"history: timeline in {png}")
 
 
 def _find_benchmarks() -> tuple[Path | None, list[Path]]:
@@ -136,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run a small CuPy pipeline on each resource")
     demo.add_argument("--elements", type=int, default=1 << 22)
+    demo.add_argument("--history", metavar="DIR", default=None,
+                      help="record the owned pool's run and write DIR/demo-history.pickle (a "
+                           "PyTorch memory snapshot) and DIR/demo-timeline.png")
     sub.add_parser("bench", help="the benchmark, from a source checkout (GPU; "
                    "see benchmarks/README.md)", add_help=False)
     # info parses its own arguments (--json), like bench.
