@@ -15,6 +15,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -46,8 +47,8 @@ cudaError_t prefetch_async(void const* ptr, std::size_t bytes, location to,
 
 namespace {
 
-// Everything is checked before the first call to the driver.
-void check(std::span<memory_range const> ranges, cudaStream_t stream, char const* what)
+// Everything is checked before the first call to the driver: the ranges, then that there is one.
+void check_ranges(std::span<memory_range const> ranges, char const* what)
 {
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     if (ranges[i].ptr == nullptr && ranges[i].bytes != 0) {
@@ -57,6 +58,12 @@ void check(std::span<memory_range const> ranges, cudaStream_t stream, char const
     }
   }
   static_cast<void>(require_cuda());  // no driver: say so, not "capturing"
+}
+
+// As check_ranges, and the stream-ordered calls refuse a capturing stream.
+void check(std::span<memory_range const> ranges, cudaStream_t stream, char const* what)
+{
+  check_ranges(ranges, what);
   if (detail::stream_capturing(stream)) {
     throw unsupported_error{std::string{"asyncmr: "} + what +
                             " on a capturing stream: the driver would invalidate the capture "
@@ -107,63 +114,50 @@ batch non_empty(std::span<memory_range const> ranges)
                           version_string(versions().runtime)};
 }
 
-cudaMemoryAdvise to_cuda(memory_advice advice) noexcept
-{
-  switch (advice) {
-    case memory_advice::set_read_mostly: return cudaMemAdviseSetReadMostly;
-    case memory_advice::unset_read_mostly: return cudaMemAdviseUnsetReadMostly;
-    case memory_advice::set_preferred_location: return cudaMemAdviseSetPreferredLocation;
-    case memory_advice::unset_preferred_location: return cudaMemAdviseUnsetPreferredLocation;
-    case memory_advice::set_accessed_by: return cudaMemAdviseSetAccessedBy;
-    case memory_advice::unset_accessed_by: return cudaMemAdviseUnsetAccessedBy;
-  }
-  return cudaMemAdviseSetReadMostly;  // unreachable: every enumerator is listed
-}
+// Each memory_advice, in the enum's order: the driver's kind and the name.
+struct advice_kind {
+  cudaMemoryAdvise cuda;
+  char const* name;
+};
+constexpr advice_kind advice_kinds[] = {
+  {cudaMemAdviseSetReadMostly, "set_read_mostly"},
+  {cudaMemAdviseUnsetReadMostly, "unset_read_mostly"},
+  {cudaMemAdviseSetPreferredLocation, "set_preferred_location"},
+  {cudaMemAdviseUnsetPreferredLocation, "unset_preferred_location"},
+  {cudaMemAdviseSetAccessedBy, "set_accessed_by"},
+  {cudaMemAdviseUnsetAccessedBy, "unset_accessed_by"},
+};
 
-bool known(memory_advice advice) noexcept
+advice_kind const* kind_of(memory_advice advice) noexcept
 {
-  return static_cast<int>(advice) >= static_cast<int>(memory_advice::set_read_mostly) &&
-         static_cast<int>(advice) <= static_cast<int>(memory_advice::unset_accessed_by);
+  auto const i = static_cast<std::size_t>(advice);  // an out-of-range int is huge here too
+  return i < std::size(advice_kinds) ? &advice_kinds[i] : nullptr;
 }
 
 }  // namespace
 
 char const* to_string(memory_advice advice) noexcept
 {
-  switch (advice) {
-    case memory_advice::set_read_mostly: return "set_read_mostly";
-    case memory_advice::unset_read_mostly: return "unset_read_mostly";
-    case memory_advice::set_preferred_location: return "set_preferred_location";
-    case memory_advice::unset_preferred_location: return "unset_preferred_location";
-    case memory_advice::set_accessed_by: return "set_accessed_by";
-    case memory_advice::unset_accessed_by: return "unset_accessed_by";
-  }
-  return "unknown";
+  advice_kind const* const k = kind_of(advice);
+  return k != nullptr ? k->name : "unknown";
 }
 
 void advise(std::span<memory_range const> ranges, memory_advice advice, location to)
 {
-  if (!known(advice)) {
+  advice_kind const* const kind = kind_of(advice);
+  if (kind == nullptr) {
     throw std::invalid_argument{"asyncmr: advise: unknown advice " +
                                 std::to_string(static_cast<int>(advice))};
   }
   detail::check_prefetch_target(to);  // a device or the host, as for prefetch
-  for (std::size_t i = 0; i < ranges.size(); ++i) {
-    if (ranges[i].ptr == nullptr && ranges[i].bytes != 0) {
-      throw std::invalid_argument{"asyncmr: advise: range " + std::to_string(i) +
-                                  " is a null pointer of " + std::to_string(ranges[i].bytes) +
-                                  " bytes"};
-    }
-  }
-  static_cast<void>(require_cuda());
+  check_ranges(ranges, "advise");     // not stream-ordered: no capture to refuse
   detail::relaxed_capture_guard guard;
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     if (ranges[i].bytes == 0) { continue; }
 #if CUDART_VERSION >= 13000
-    auto const status = cudaMemAdvise(ranges[i].ptr, ranges[i].bytes, to_cuda(advice), to.to_cuda());
+    auto const status = cudaMemAdvise(ranges[i].ptr, ranges[i].bytes, kind->cuda, to.to_cuda());
 #else
-    auto const status =
-      cudaMemAdvise_v2(ranges[i].ptr, ranges[i].bytes, to_cuda(advice), to.to_cuda());
+    auto const status = cudaMemAdvise_v2(ranges[i].ptr, ranges[i].bytes, kind->cuda, to.to_cuda());
 #endif
     if (status == cudaSuccess) { continue; }
     std::string const range = "range " + std::to_string(i) + " (" +
@@ -171,12 +165,12 @@ void advise(std::span<memory_range const> ranges, memory_advice advice, location
     if (status == cudaErrorNotSupported) {
       detail::clear_own_error(status);
       throw unsupported_error{
-        std::string{"asyncmr: advise("} + to_string(advice) + ") of " + range +
+        std::string{"asyncmr: advise("} + kind->name + ") of " + range +
         ": the driver takes no advice on this memory (cudaErrorNotSupported; on memory-pool "
         "allocations every kind is refused, docs/DRIVER_FACTS.md). For a managed pool use its "
         "location (AsyncManagedMR(location=...)), set_access, or prefetch"};
     }
-    refused((std::string{"advise("} + to_string(advice) + ")").c_str(), range, status);
+    refused((std::string{"advise("} + kind->name + ")").c_str(), range, status);
   }
 }
 
