@@ -101,13 +101,14 @@ void pool_resource_base::note(history_ring& ring,
   } else {
     e.used = h.last_used.load(std::memory_order_relaxed);
   }
-  std::uint64_t read_at = h.last_read_ns.load(std::memory_order_relaxed);
-  if (!read_pool && now - read_at >= history_pool_read_ns) {
+  if (read_pool) {
+    h.last_read_ns.store(now, std::memory_order_relaxed);
+  } else if (std::uint64_t read_at = h.last_read_ns.load(std::memory_order_relaxed);
+             now - read_at >= history_pool_read_ns) {
     // One thread reads for all of them.
     read_pool = h.last_read_ns.compare_exchange_strong(read_at, now, std::memory_order_relaxed);
   }
   if (read_pool) {
-    h.last_read_ns.store(now, std::memory_order_relaxed);
     // Relaxed capture mode inside get_attribute: safe while any stream captures.
     try {
       e.reserved = pool_.get_attribute(pool_attribute::reserved_mem_current);
