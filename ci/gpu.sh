@@ -146,6 +146,16 @@ export PYTHONPATH=$site
 # cuDF tests must run, in every pytest stage.
 [ ${#cudf_wheels[@]} -gt 0 ] && export ASYNCMR_REQUIRE_CUDF=1
 
+# lib_dirs PATTERN...: the folders matching each glob PATTERN under each entry of Python's path,
+# in that order (PYTHONPATH, the carried wheels, before the host's venv), joined with ':'.
+lib_dirs() {
+  python3 - "$@" <<'EOF'
+import glob, os, sys
+found = [d for p in sys.path for pat in sys.argv[1:] for d in sorted(glob.glob(os.path.join(p or ".", pat)))]
+print(":".join(dict.fromkeys(found)))
+EOF
+}
+
 # check_variant NAME MAJOR PYTHONPATH: the asyncmr imported there is asyncmr-cu<MAJOR> and
 # links the CUDA <MAJOR> runtime, and its build (build/cu<MAJOR>-*) used the wheels only.
 check_variant() {
@@ -327,12 +337,8 @@ if has cudf && [ -n "${ASYNCMR_REQUIRE_CUDF:-}" ]; then
          "-DCMAKE_PREFIX_PATH=$prefix;$site/libcudf;$site/librmm;$site/rapids_logger" \
        && run cudf-example-build cmake --build build/cudf_pinned -j 16; then
     # libcudf.so and the libraries it needs, from the wheels on the Python path.
-    ldpath=$(python3 -c '
-import glob, os, sys
-pats = ("libcudf/lib64", "libkvikio/lib64", "librmm/lib64", "rapids_logger/lib64",
-        "nvidia/libnvcomp/lib64", "nvidia/cu13/lib", "nvidia/*/lib")
-found = [d for p in sys.path for pat in pats for d in sorted(glob.glob(os.path.join(p or ".", pat)))]
-print(":".join(dict.fromkeys(found)))  # PYTHONPATH (the carried wheels) before the host venv')
+    ldpath=$(lib_dirs libcudf/lib64 libkvikio/lib64 librmm/lib64 rapids_logger/lib64 \
+      nvidia/libnvcomp/lib64 nvidia/cu13/lib 'nvidia/*/lib')
     if ! run cudf-example env LD_LIBRARY_PATH="$ldpath:${LD_LIBRARY_PATH:-}" \
          build/cudf_pinned/cudf_pinned && command -v cuda-gdb >/dev/null; then
       # Where it stopped, for the log.
@@ -347,11 +353,7 @@ if has stacks; then
     fail stacks "needs the cudf stage and its wheels (cuDF, and cuML's for the cuML half)"
   else
     stack_path=${STACKS_PYTHONPATH:+$STACKS_PYTHONPATH:}$site
-    stack_ld=$(PYTHONPATH=$stack_path python3 -c '
-import glob, os, sys
-found = [d for p in sys.path for pat in ("nvidia/cu13/lib", "*/lib64", "nvidia/*/lib64")
-         for d in sorted(glob.glob(os.path.join(p or ".", pat)))]
-print(":".join(dict.fromkeys(found)))')
+    stack_ld=$(PYTHONPATH=$stack_path lib_dirs nvidia/cu13/lib '*/lib64' 'nvidia/*/lib64')
     stack_env=(PYTHONPATH="$stack_path" LD_LIBRARY_PATH="$stack_ld:${LD_LIBRARY_PATH:-}")
     if env "${stack_env[@]}" python3 -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("cuml") is None)'; then
       stack_env+=(ASYNCMR_REQUIRE_CUML=1)
