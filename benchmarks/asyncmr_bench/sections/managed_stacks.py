@@ -31,7 +31,9 @@ import subprocess
 import sys
 import tempfile
 
-from ..common import SECTION_TITLES, err_text, print_ratio_values, print_table, summarize
+from ..common import (
+    SECTION_TITLES, err_text, percentile, print_ratio_values, print_table, summarize,
+)
 from ..harness import Skip
 
 PLAIN = "plain pandas (CPU)"
@@ -163,16 +165,17 @@ with open(out, "w") as f:
 '''
 
 
-def _run(argv: list, env_extra: dict, scratch: str) -> dict:
-    """Runs one way in a fresh process (``argv`` names ``scratch``/out.json for its answer);
-    that JSON, or {"error": ...}."""
+def _run(before: list, after: list, env_extra: dict, scratch: str) -> dict:
+    """Runs ``before + [scratch/out.json, scratch] + after`` in a fresh process (the scripts
+    take their answer's path and a scratch folder first); that JSON, or {"error": ...}."""
+    os.makedirs(scratch, exist_ok=True)
     out = os.path.join(scratch, "out.json")
     if os.path.exists(out):
         os.remove(out)
     env = {**os.environ, **env_extra}
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=TIMEOUT_S,
-                           check=False)
+        p = subprocess.run(before + [out, scratch] + after, capture_output=True, text=True,
+                           env=env, timeout=TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
         return {"error": f"no answer within {TIMEOUT_S} s"}
     if p.returncode != 0 or not os.path.exists(out):
@@ -218,16 +221,15 @@ def _rotating(ways: dict, repeats: int, scratch: str) -> dict:
             if isinstance(answers[w], dict):
                 continue
             before, after, env = ways[w]
-            d = os.path.join(scratch, "".join(c if c.isalnum() else "_" for c in w))
-            os.makedirs(d, exist_ok=True)
-            got = _run(before + [os.path.join(d, "out.json"), d] + after, env, d)
+            got = _run(before, after, env,
+                       os.path.join(scratch, "".join(c if c.isalnum() else "_" for c in w)))
             answers[w] = {"error": got["error"]} if "error" in got else answers[w] + [got]
     return answers
 
 
 def _first_and_warm(times: list) -> tuple:
-    warm = times[1:] or times
-    return times[0], sorted(warm)[len(warm) // 2]
+    """(the first run, the median of the others)."""
+    return times[0], percentile(times[1:] or times, 0.5)
 
 
 def _pandas(cfg, scratch: str) -> dict:
@@ -236,10 +238,7 @@ def _pandas(cfg, scratch: str) -> dict:
         f.write(PANDAS_SCRIPT)
     args = [str(cfg.stack_rows), str(cfg.stack_iters)]
     py = sys.executable
-    plain_dir = os.path.join(scratch, "plain")
-    os.makedirs(plain_dir, exist_ok=True)
-    plain = _run([py, script, os.path.join(plain_dir, "out.json"), plain_dir,
-                  str(cfg.stack_rows), "1"], {}, plain_dir)
+    plain = _run([py, script], [str(cfg.stack_rows), "1"], {}, os.path.join(scratch, "plain"))
     ways = {DOOR: ([py, "-m", "asyncmr", "cudf-pandas", script], args, {})}
     for m in MODES:
         ways[mode_name(m)] = ([py, "-m", "cudf.pandas", script], args, {"CUDF_PANDAS_RMM_MODE": m})
@@ -325,8 +324,8 @@ def _ratio_rows(results: dict, num: str, den: str, key: str) -> float | None:
     b = (results.get(den) or {}).get(key)
     if not isinstance(a, list) or not isinstance(b, list):
         return None
-    r = sorted(x / y for x, y in zip(a, b) if y)
-    return r[len(r) // 2] if r else None
+    r = [x / y for x, y in zip(a, b) if y]
+    return percentile(r, 0.5) if r else None
 
 
 def show(res: dict) -> None:
