@@ -680,14 +680,14 @@ def test_cache_bench_quick_prints_every_part(gpu):
         assert stats["misses"] <= len(sizes)  # the first allocation of each size only
         assert stats["hits"] >= params["rounds"] * params["pairs"] * len(sizes)
         assert stats["cached_bytes"] <= stats["cap"] == 64 * MiB
-    for call in ("cudaStreamIsCapturing", "cudaStreamGetId", "front_cache take+put"):
+    for call in ("cuStreamIsCapturing", "cuStreamGetId", "cuEventRecord", "front_cache take+put"):
         assert doc["calls"][call]["median_ns"] > 0
         assert doc["calls_per_hit_pair"][call] in (1, 2)
     th = doc["threads"]
     n = str(th["threads"])
     assert th["kind"] == "pinned" and th["bytes"] == 4096 and n == "8"
     for group, names, unit in (("results", ("cached", "uncached"), "pairs_per_s"),
-                               ("calls", ("cudaStreamIsCapturing", "cudaStreamGetId"),
+                               ("calls", ("cuStreamIsCapturing", "cuStreamGetId", "cuEventRecord"),
                                 "calls_per_s")):
         for name in names:
             e = th[group][name]
