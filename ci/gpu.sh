@@ -38,7 +38,9 @@
 #   soak      long stress run (ASYNCMR_STRESS_SECONDS, default 240)
 #   probe     ci/probes/pointer_facts.cu built with the host's nvcc and run: the driver facts the
 #             front cache's ownership rules rely on (docs/DRIVER_FACTS.md); then
-#             ci/probes/managed_facts.cu: every cudaMemAdvise kind on managed pool memory
+#             ci/probes/managed_facts.cu: every cudaMemAdvise kind on managed pool memory; then
+#             ci/probes/pool_destroy_facts.cu: a pool's counters while a free is queued, and what
+#             destroying it then does to the stream
 #   before    the defect tests on the code before their fix: BEFORE_TAR (default
 #             .before/tree.tar, made here with `git archive -o .before/tree.tar <commit>`; the
 #             tree must hold the tests) is built into its own site and its soundness tests run
@@ -373,6 +375,11 @@ if has probe; then
     && run probe timeout 90 /tmp/pointer_facts
   run probe-managed-build nvcc -O2 -std=c++17 -o /tmp/managed_facts ci/probes/managed_facts.cu \
     && run probe-managed timeout 60 /tmp/managed_facts
+  # The destroy step may never return (that is the fact it checks): its timeout is expected.
+  run probe-destroy-build nvcc -O2 -std=c++17 -o /tmp/pool_destroy_facts ci/probes/pool_destroy_facts.cu \
+    && run probe-destroy-counters timeout 30 /tmp/pool_destroy_facts \
+    && { timeout 20 /tmp/pool_destroy_facts destroy 2>&1 | tee -a "$log";
+         say "probe-destroy: exit ${PIPESTATUS[0]} (124: the stream never finished)"; }
 fi
 
 if has before; then

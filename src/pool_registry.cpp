@@ -7,9 +7,10 @@
 //   owner's state and sees its close() instead of using a destroyed handle;
 // - pools closed while allocations were live or in flight ("parked"). On the H200 with driver
 //   580, destroying a pool and then freeing one of its blocks crashed the process at a later
-//   synchronization, although the documentation allows it. Parked pools are trimmed, and
-//   destroyed once nothing is allocated from them and no allocation is in flight, at the next
-//   close or create;
+//   synchronization, although the documentation allows it, and destroying one while a free of
+//   its blocks was still queued on a stream left that stream never finishing. Parked pools are
+//   trimmed, and destroyed once nothing is allocated from them, nothing stays reserved after a
+//   trim (no queued free) and no allocation is in flight, at the next close or create;
 // - the stand-in default host pools of a CUDA 12 build on a 12.x driver, never destroyed.
 
 #include "detail/pool_state.hpp"
@@ -20,6 +21,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -46,17 +48,30 @@ owned_pools& registry()
   return *pools;
 }
 
-// True if the driver says nothing is allocated from `h`; false when it says otherwise or
-// cannot answer (then the pool is kept rather than risked).
-bool nothing_allocated(cudaMemPool_t h) noexcept
+// The value of a pool counter, or nullopt when the driver cannot answer.
+std::optional<std::uint64_t> counter(cudaMemPool_t h, cudaMemPoolAttr attribute) noexcept
 {
-  std::uint64_t used = 1;
-  auto const status  = cudaMemPoolGetAttribute(h, cudaMemPoolAttrUsedMemCurrent, &used);
+  std::uint64_t value = 0;
+  auto const status   = cudaMemPoolGetAttribute(h, attribute, &value);
   if (status != cudaSuccess) {
     clear_own_error(status);
-    return false;
+    return std::nullopt;
   }
-  return used == 0;
+  return value;
+}
+
+// True if the driver shows that `h` holds nothing: nothing allocated, and nothing reserved once
+// trimmed to 0. Used memory alone is not enough: it drops when cudaFreeAsync is called, while the
+// block stays reserved until its stream runs the free, and a pool destroyed with a free still
+// queued left that stream never finishing on driver 580 (ci/probes/pool_destroy_facts.cu). False
+// when the driver cannot answer: then the pool is kept rather than risked.
+bool holds_nothing(cudaMemPool_t h) noexcept
+{
+  auto const used = counter(h, cudaMemPoolAttrUsedMemCurrent);
+  if (!used || *used != 0) { return false; }
+  clear_own_error(cudaMemPoolTrimTo(h, 0));
+  auto const reserved = counter(h, cudaMemPoolAttrReservedMemCurrent);
+  return reserved && *reserved == 0;
 }
 
 bool parked_idle(parked_pool const& p) noexcept
@@ -73,7 +88,7 @@ bool idle(cudaMemPool_t handle, pool_state const* state, bool imported) noexcept
     return false;
   }
   // An imported pool's usage is the exporter's; this process's imports are counted above.
-  return imported || nothing_allocated(handle);
+  return imported || holds_nothing(handle);
 }
 
 namespace {

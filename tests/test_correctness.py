@@ -14,7 +14,7 @@ import rmm
 import asyncmr
 from asyncmr import AsyncDeviceMR, AsyncPinnedMR, Location, MemPool
 
-from gpu_helpers import not_applicable, require_module, sync
+from gpu_helpers import describe, not_applicable, require_module, run_python, sync
 
 MiB = 1 << 20
 
@@ -195,7 +195,8 @@ def test_close_while_threads_allocate(gpu, door):
                 errors.append(e)
             stream.synchronize()
 
-        threads = [threading.Thread(target=hammer) for _ in range(4)]
+        # Daemons: a stream that never finishes fails the test instead of hanging the run.
+        threads = [threading.Thread(target=hammer, daemon=True) for _ in range(4)]
         for t in threads:
             t.start()
         go.set()
@@ -203,6 +204,7 @@ def test_close_while_threads_allocate(gpu, door):
         pool.close()
         for t in threads:
             t.join(60)
+        assert not any(t.is_alive() for t in threads), "a thread's stream never finished"
         assert not errors, errors
         del mr, pool
     # The process goes on: a new pool allocates and its memory works.
@@ -210,6 +212,43 @@ def test_close_while_threads_allocate(gpu, door):
     buf = rmm.DeviceBuffer(size=4096, mr=mr)
     buf.copy_from_host(b"\x01" * 4096)
     assert buf.tobytes() == b"\x01" * 4096
+
+
+# close() when nothing is allocated but a free is still queued on a stream held back by host work:
+# the pool must not be destroyed under the queued free (on driver 580 that stream never finished,
+# and the close race above hung on it), so close() parks it and the next create destroys it.
+CLOSE_CHILD = r"""
+import sys, time, cupy, asyncmr
+from asyncmr import Location, MemPool
+from rmm.pylibrmm.stream import Stream
+kind = sys.argv[1]
+where = Location.device(0) if kind == "device" else Location.host()
+make = asyncmr.AsyncDeviceMR if kind == "device" else asyncmr.AsyncPinnedMR
+s = cupy.cuda.Stream(non_blocking=True)
+rs = Stream(obj=s)
+pool = MemPool.create(where, kind)
+mr = make(pool=pool)
+s.launch_host_func(lambda _: time.sleep(0.5), None)  # holds the stream back
+p = mr.allocate(4096, rs)
+mr.deallocate(p, 4096, rs)  # queued behind the host function: nothing allocated, one free queued
+pool.close()
+s.synchronize()
+print("synchronized", flush=True)
+again = MemPool.create(where, kind)  # sweeps the parked pool, drained now
+q = make(pool=again).allocate(4096, rs)
+s.synchronize()
+print("OK", flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["device", "pinned"])
+def test_close_with_a_free_still_queued_leaves_its_stream_finishing(gpu, kind):
+    require_module("cupy")
+    try:
+        proc = run_python(CLOSE_CHILD, kind, timeout=60)
+    except Exception as e:  # subprocess.TimeoutExpired: the stream never finished
+        pytest.fail(f"{kind}: the stream with the queued free never finished after close(): {e}")
+    assert proc.returncode == 0 and "OK" in proc.stdout, describe(proc)
 
 
 # ---- 5. refused frees ----------------------------------------------------------------------------
