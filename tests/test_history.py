@@ -554,3 +554,29 @@ def test_pytorchs_memory_viz_renders_the_snapshot():
     assert "total_allocated: 2.5MiB" in _memory_viz.segsum(snap)
     text = _memory_viz.trace(snap)
     assert "raise OutOfMemoryError # 64.0MiB requested" in text, text
+
+
+# ---- the README's timeline --------------------------------------------------------------------
+
+def test_the_readme_timeline_is_drawn_from_its_committed_h200_recording(tmp_path):
+    """docs/images/demo-history.pickle is the demo's recording from the H200: it loads as a
+    History, shows what the README says (four 32 MiB grows, one trim of all 128 MiB, nothing
+    allocated at the end), and the plot draws it."""
+    pytest.importorskip("matplotlib", reason="the timeline needs matplotlib")
+    from pathlib import Path
+    recording = Path(__file__).resolve().parent.parent / "docs" / "images" / "demo-history.pickle"
+    h = hist.load(recording)
+    grows = [e["bytes"] for e in h.events if e["action"] == "grow"]
+    trims = [e["bytes"] for e in h.events if e["action"] == "trim"]
+    assert grows == [32 << 20] * 4 and trims == [128 << 20]
+    assert [p["name"] for p in h.header["phases"]] == ["load", "compute", "release"]
+    assert h.outstanding() == [] and h.events[-1]["reserved"] == 0
+    out = hist.plot(h, tmp_path / "t.png")
+    assert Path(out).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("span_ns, unit", [(2_000_000_000, "s"), (1_000_000_000, "s"),
+                                           (1_300_000, "ms"), (999_999, "us"), (0, "us")])
+def test_the_timeline_picks_a_time_unit_its_span_reads_in(span_ns, unit):
+    from asyncmr._plot import time_unit_for
+    assert time_unit_for(span_ns)[0] == unit

@@ -58,6 +58,14 @@ def unit_for(peak: int) -> tuple[str, int]:
     return ("GiB", _GIB) if peak >= _GIB else ("MiB", _MIB)
 
 
+def time_unit_for(span_ns: int) -> tuple[str, float]:
+    """Seconds for a span of a second or more, milliseconds down to a millisecond, else
+    microseconds: the unit and the nanoseconds in one."""
+    if span_ns >= 1_000_000_000:
+        return "s", 1e9
+    return ("ms", 1e6) if span_ns >= 1_000_000 else ("us", 1e3)
+
+
 def draw(history_or_many: History | Mapping[str, History], out_path: Path,
          title: str | None) -> Path:
     """Writes the timeline PNG to ``out_path`` and returns it (see asyncmr.history.plot)."""
@@ -93,7 +101,6 @@ def _lane(ax: Axes, name: str, history: History, unit: str, scale: int) -> None:
     ax.set_title(name + (f"  ({dropped} oldest events dropped: the lane starts later)"
                          if dropped else ""), loc="left", fontsize=10)
     ax.set_ylabel(f"bytes ({unit})")
-    ax.set_xlabel("time (s since this lane's first event)")
     ax.grid(alpha=0.3)
     # The recorder's order can be a few ns out of time order across threads: draw in time.
     events = sorted(history.events, key=lambda e: e["time_ns"])
@@ -103,32 +110,42 @@ def _lane(ax: Axes, name: str, history: History, unit: str, scale: int) -> None:
         ax.set_ylim(0, 1)
         return
     t0, t_end = events[0]["time_ns"], events[-1]["time_ns"]
-    xs = [(e["time_ns"] - t0) / 1e9 for e in events]
+    time_unit, per = time_unit_for(t_end - t0)
+    ax.set_xlabel(f"time ({time_unit} since this lane's first event)")
+    xs = [(e["time_ns"] - t0) / per for e in events]
     # The state after the last event drawn a little past it, where it can be seen.
     x_end = max(xs[-1] * 1.03, 1e-9)
     for key, label, colour in _SERIES:
         ys = [e[key] / scale for e in events]
-        ax.step(xs + [x_end], ys + ys[-1:], where="post", color=colour, label=label)
+        if key == "reserved":
+            # An area under the other lines: where used reaches reserved, both still show.
+            ax.fill_between(xs + [x_end], ys + ys[-1:], step="post", color=colour, alpha=0.18,
+                            linewidth=0)
+            ax.step(xs + [x_end], ys + ys[-1:], where="post", color=colour, label=label,
+                    linewidth=3.0, alpha=0.7)
+        else:
+            ax.step(xs + [x_end], ys + ys[-1:], where="post", color=colour, label=label,
+                    linewidth=1.5)
     ooms = [(x, e["used"] / scale) for x, e in zip(xs, events) if e["action"] == "oom"]
     if ooms:
         ax.plot([x for x, _ in ooms], [y for _, y in ooms], "x", color="red", markersize=9,
                 label=f"failed allocation ({len(ooms)})")
-    _phases(ax, history.header["phases"], t0, t_end, x_end)
+    _phases(ax, history.header["phases"], t0, t_end, x_end, per)
     ax.set_ylim(bottom=0)
     ax.set_xlim(0, x_end)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
 
 
 def _phases(ax: Axes, phases: Sequence[dict[str, Any]], t0: int, t_end: int,
-            x_end: float) -> None:
+            x_end: float, per: float) -> None:
     """Each phase as a shaded span with its name, clipped to the lane's events (a phase still
     open runs to the lane's end)."""
     for i, phase in enumerate(phases):
-        start = (max(phase["start_ns"], t0) - t0) / 1e9
+        start = (max(phase["start_ns"], t0) - t0) / per
         if phase["end_ns"] is None:
             end = x_end
         else:
-            end = (min(phase["end_ns"], t_end) - t0) / 1e9
+            end = (min(phase["end_ns"], t_end) - t0) / per
         if end < start:
             continue  # entirely outside the events this lane holds
         colour = _PHASE_COLOURS[i % len(_PHASE_COLOURS)]
