@@ -171,7 +171,7 @@ def test_managed_pool_memory_takes_no_advice_and_the_message_names_what_works(gp
     s.synchronize()
     with pytest.raises(asyncmr.UnsupportedError,
                        match=rf"advise\({advice}\) of range 0 \(1048576 bytes\): the driver takes "
-                             r"no advice .*AsyncManagedMR\(location=\.\.\.\), set_access, or "
+                             r"no advice .*AsyncManagedMR\(location=\.\.\.\)\), set_access, or "
                              r"prefetch"):
         asyncmr.advise((p, MiB), advice, to="device")
     q = mr.allocate(MiB, s)  # the context is fine

@@ -67,8 +67,9 @@ class imported_allocation;
  *
  * An owned pool (from `create`, or `from_handle(h, true)`) is destroyed when the last copy goes
  * away or at `close()`; a view (default, current, adopted) is never destroyed by asyncmr.
- * Outstanding allocations keep an owned pool alive in the driver after `close()`: asyncmr
- * destroys it once nothing is allocated from it (see `close`).
+ * Outstanding allocations and queued frees keep an owned pool alive in the driver after
+ * `close()`: asyncmr destroys it once nothing is allocated from it or reserved in it (see
+ * `close`).
  *
  * Shared pools (default and current) are process-wide: changing their attributes or access
  * affects every user of that pool in the process. Like a pointer, a const handle still changes
@@ -222,9 +223,11 @@ class mem_pool {
   /**
    * @brief Destroys an owned pool (a view just stops being usable). Idempotent. Every later use
    * of this pool through any copy throws `pool_closed_error`. Live allocations stay valid until
-   * freed: while any exist, or an allocation is in flight on another thread, the driver pool is
-   * trimmed and its destruction deferred to a later close or create ("parked"), because freeing
-   * into a destroyed pool crashed the 13.0 driver.
+   * freed: while any exist, a free of one is still queued on a stream (the pool keeps memory
+   * reserved after a trim to 0), or an allocation is in flight on another thread, the driver pool
+   * is trimmed and its destruction deferred to a later close or create ("parked"), because
+   * freeing into a destroyed pool crashed the 13.0 driver and destroying one under queued frees
+   * left their streams never finishing.
    */
   void close();
 

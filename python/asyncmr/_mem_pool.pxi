@@ -192,7 +192,9 @@ cdef class MemPool:
             previous.make_current()
 
     def close(self):
-        """Destroy an owned pool now (a view just stops being usable here). Idempotent."""
+        """Close an owned pool: every later use raises PoolClosedError (a view just stops being
+        usable here). The driver pool is destroyed now, or, while blocks are live or their frees
+        still queued on streams, at a later close or create. Idempotent."""
         cdef mem_pool* pool = self.get()
         with nogil:  # destroying a pool may wait for the device
             pool.close()
