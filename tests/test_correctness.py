@@ -224,19 +224,25 @@ from rmm.pylibrmm.stream import Stream
 kind = sys.argv[1]
 where = Location.device(0) if kind == "device" else Location.host()
 make = asyncmr.AsyncDeviceMR if kind == "device" else asyncmr.AsyncPinnedMR
-s = cupy.cuda.Stream(non_blocking=True)
-rs = Stream(obj=s)
+# As in the race: several streams, each with many pairs queued (one queued free alone did not
+# hang the probe, ci/probes/pool_destroy_facts.cu).
+streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(4)]
 pool = MemPool.create(where, kind)
 mr = make(pool=pool)
-s.launch_host_func(lambda _: time.sleep(0.5), None)  # holds the stream back
-p = mr.allocate(4096, rs)
-mr.deallocate(p, 4096, rs)  # queued behind the host function: nothing allocated, one free queued
-pool.close()
-s.synchronize()
+for s in streams:
+    s.launch_host_func(lambda _: time.sleep(0.5), None)  # holds the stream back
+    rs = Stream(obj=s)
+    for _ in range(50):  # queued behind the host function
+        mr.deallocate(mr.allocate(4096, rs), 4096, rs)
+pool.close()  # nothing allocated now; 200 frees queued
+for s in streams:
+    s.synchronize()
 print("synchronized", flush=True)
 again = MemPool.create(where, kind)  # sweeps the parked pool, drained now
-q = make(pool=again).allocate(4096, rs)
-s.synchronize()
+rs = Stream(obj=streams[0])
+fresh = make(pool=again)
+fresh.deallocate(fresh.allocate(4096, rs), 4096, rs)
+streams[0].synchronize()
 print("OK", flush=True)
 """
 
