@@ -12,7 +12,7 @@ import pytest
 import rmm
 
 import asyncmr
-from asyncmr import AsyncDeviceMR, AsyncPinnedMR, Location, MemPool
+from asyncmr import AsyncDeviceMR, AsyncManagedMR, AsyncPinnedMR, Location, MemPool
 
 from gpu_helpers import describe, not_applicable, require_module, run_python, sync
 
@@ -255,6 +255,25 @@ def test_close_with_a_free_still_queued_leaves_its_stream_finishing(gpu, kind):
     except Exception as e:  # subprocess.TimeoutExpired: the stream never finished
         pytest.fail(f"{kind}: the stream with the queued free never finished after close(): {e}")
     assert proc.returncode == 0 and "OK" in proc.stdout, describe(proc)
+
+
+@pytest.mark.parametrize("kind", ["device", "pinned", "managed"])
+def test_a_closed_pool_goes_once_its_last_free_has_run(gpu, kind):
+    """The other half of the rule: a pool parked by close() is destroyed once its block's free
+    has run, for each kind (none stays parked for good, holding its memory)."""
+    from asyncmr._core import _parked_pools
+    where = Location.host() if kind == "pinned" else Location.device(0)
+    make = {"device": AsyncDeviceMR, "pinned": AsyncPinnedMR, "managed": AsyncManagedMR}[kind]
+    pool = MemPool.create(where, kind)
+    mr = make(pool=pool)
+    s = rmm.pylibrmm.stream.Stream()
+    before = _parked_pools()
+    p = mr.allocate(1 << 20, s)
+    pool.close()
+    assert _parked_pools() == before + 1, "a closed pool with a live block was not parked"
+    mr.deallocate(p, 1 << 20, s)
+    s.synchronize()
+    assert _parked_pools() == before, "the closed pool stayed parked after its last free ran"
 
 
 # ---- 5. refused frees ----------------------------------------------------------------------------

@@ -289,4 +289,13 @@ class imported_allocation {
   std::size_t size_{0};
 };
 
+namespace testing {
+/**
+ * @brief How many closed pools asyncmr still holds undestroyed ("parked": a block live, a free
+ * still queued, or an allocation in flight), counted after destroying those that have become
+ * empty. For tests that a closed pool really goes.
+ */
+[[nodiscard]] std::size_t parked_pools();
+}  // namespace testing
+
 }  // namespace asyncmr

@@ -54,6 +54,12 @@ def _set_testing_driver_version(int version):
     set_testing_driver_version(version)
 
 
+def _parked_pools():
+    """Tests only: how many closed pools asyncmr still holds undestroyed (a block live, a free
+    still queued, an allocation in flight), after destroying those that have become empty."""
+    return testing_parked_pools()
+
+
 def _decide_pool_support(*, driver, build, location, allocation_type, pool="default",
                          memory_pools=True, concurrent_managed_access=True,
                          host_memory_pools=True, host_numa_memory_pools=True):

@@ -236,6 +236,7 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
 
 cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr::testing" nogil:
     void set_testing_driver_version "asyncmr::testing::set_driver_version"(int)
+    size_t testing_parked_pools "asyncmr::testing::parked_pools"() except +translate_exception
 
 
 cdef extern from "_bridge.hpp" namespace "asyncmr_py" nogil:

@@ -61,6 +61,8 @@ void register_owned(std::shared_ptr<pool_state> const& state);
 
 /// True if asyncmr closed this pool and will destroy it once nothing is allocated from it.
 [[nodiscard]] bool is_parked(cudaMemPool_t handle);
+// The parked pools left after destroying those that have become empty.
+[[nodiscard]] std::size_t parked_count();
 
 /**
  * Destroys `handle` (closed by `state`) now if nothing is allocated from it and no allocation

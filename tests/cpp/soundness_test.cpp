@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -207,6 +208,33 @@ TEST_F(SoundnessTest, ReleasingTheCacheLeavesAGlobalCaptureValid)
 TEST_F(SoundnessTest, DroppingACachedResourceLeavesACaptureValid)
 {
   release_during_capture(cudaStreamCaptureModeThreadLocal, release_action::drop);
+}
+
+// ---- close(): a pool goes once its queued frees have run, not before ------------------------------
+
+// A host function that sleeps holds the stream back: frees queued behind it have not run yet.
+void CUDART_CB hold_stream(void*) { std::this_thread::sleep_for(std::chrono::milliseconds{300}); }
+
+TEST_F(SoundnessTest, AClosedPoolWaitsForItsQueuedFreesAndThenGoes)
+{
+  mem_pool pool = mem_pool::create({.type = allocation_type::device,
+                                    .location = location::device(0)});
+  async_device_memory_resource mr{pool};
+  cudaStream_t own = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking), cudaSuccess);
+  cuda::stream_ref const s{own};
+  std::size_t const before = asyncmr::testing::parked_pools();
+  ASSERT_EQ(cudaLaunchHostFunc(own, hold_stream, nullptr), cudaSuccess);
+  for (int i = 0; i < 50; ++i) { mr.deallocate(s, mr.allocate(s, 4096), 4096); }
+  EXPECT_EQ(pool.get_attribute(pool_attribute::used_mem_current), 0U)
+    << "the driver counts a queued free as freed (docs/DRIVER_FACTS.md)";
+  pool.close();
+  EXPECT_EQ(asyncmr::testing::parked_pools(), before + 1)
+    << "a pool closed under queued frees was destroyed instead of parked";
+  EXPECT_EQ(cudaStreamSynchronize(own), cudaSuccess);
+  EXPECT_EQ(asyncmr::testing::parked_pools(), before)
+    << "the closed pool stayed parked after its frees ran";
+  EXPECT_EQ(cudaStreamDestroy(own), cudaSuccess);
 }
 
 // ---- IPC: an imported allocation keeps its imported pool alive -----------------------------------
