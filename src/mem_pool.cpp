@@ -512,6 +512,4 @@ bool mem_pool::operator==(mem_pool const& other) const noexcept
                                     handle_or_null() == other.handle_or_null());
 }
 
-std::size_t testing::parked_pools() { return detail::parked_count(); }
-
 }  // namespace asyncmr

@@ -151,15 +151,6 @@ void retire(cudaMemPool_t handle, std::shared_ptr<pool_state> const& state, bool
   sweep_parked(pools);
 }
 
-std::size_t parked_count()
-{
-  auto& pools = registry();
-  std::lock_guard<std::mutex> lock{pools.mutex};
-  relaxed_capture_guard guard;
-  sweep_parked(pools);
-  return pools.parked.size();
-}
-
 cudaMemPool_t stand_in_pool(location const& where, allocation_type type)
 {
   auto& pools = registry();
@@ -194,3 +185,12 @@ bool is_stand_in(cudaMemPool_t handle)
 }
 
 }  // namespace asyncmr::detail
+
+std::size_t asyncmr::testing::parked_pools()
+{
+  auto& pools = detail::registry();
+  std::lock_guard<std::mutex> lock{pools.mutex};
+  detail::relaxed_capture_guard guard;
+  detail::sweep_parked(pools);
+  return pools.parked.size();
+}

@@ -49,8 +49,9 @@ struct pool_state {
 
 // ---- the registry of owned pools (src/pool_registry.cpp) ------------------------------------
 
-/// True if nothing is allocated from `handle`, no allocation is in flight and no import is live
-/// (what `state` knows; a null `state` is being destroyed, so nothing can be in flight).
+/// True if nothing is allocated from `handle` and nothing stays reserved in it after a trim to 0
+/// (no free still queued), no allocation is in flight and no import is live (what `state`
+/// knows; a null `state` is being destroyed, so nothing can be in flight).
 [[nodiscard]] bool idle(cudaMemPool_t handle, pool_state const* state, bool imported) noexcept;
 
 /// Records a pool asyncmr owns, so that adopting its handle elsewhere shares `state`.
@@ -59,14 +60,12 @@ void register_owned(std::shared_ptr<pool_state> const& state);
 /// The live state of an owned pool with this handle, or nullptr.
 [[nodiscard]] std::shared_ptr<pool_state> find_owned(cudaMemPool_t handle);
 
-/// True if asyncmr closed this pool and will destroy it once nothing is allocated from it.
+/// True if asyncmr closed this pool and will destroy it once it is `idle`.
 [[nodiscard]] bool is_parked(cudaMemPool_t handle);
-// The parked pools left after destroying those that have become empty.
-[[nodiscard]] std::size_t parked_count();
 
 /**
- * Destroys `handle` (closed by `state`) now if nothing is allocated from it and no allocation
- * is in flight, else trims and parks it; then destroys every parked pool that became empty.
+ * Destroys `handle` (closed by `state`) now if it is `idle`, else trims and parks it; then
+ * destroys every parked pool that became idle.
  * `state` may be null when the state is being destroyed (nothing can then be in flight).
  */
 void retire(cudaMemPool_t handle, std::shared_ptr<pool_state> const& state, bool imported) noexcept;
