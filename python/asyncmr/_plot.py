@@ -117,15 +117,13 @@ def _lane(ax: Axes, name: str, history: History, unit: str, scale: int) -> None:
     x_end = max(xs[-1] * 1.03, 1e-9)
     for key, label, colour in _SERIES:
         ys = [e[key] / scale for e in events]
+        sx, sy = xs + [x_end], ys + ys[-1:]
         if key == "reserved":
             # An area under the other lines: where used reaches reserved, both still show.
-            ax.fill_between(xs + [x_end], ys + ys[-1:], step="post", color=colour, alpha=0.18,
-                            linewidth=0)
-            ax.step(xs + [x_end], ys + ys[-1:], where="post", color=colour, label=label,
-                    linewidth=3.0, alpha=0.7)
+            ax.fill_between(sx, sy, step="post", color=colour, alpha=0.18, linewidth=0)
+            ax.step(sx, sy, where="post", color=colour, label=label, linewidth=3.0, alpha=0.7)
         else:
-            ax.step(xs + [x_end], ys + ys[-1:], where="post", color=colour, label=label,
-                    linewidth=1.5)
+            ax.step(sx, sy, where="post", color=colour, label=label, linewidth=1.5)
     ooms = [(x, e["used"] / scale) for x, e in zip(xs, events) if e["action"] == "oom"]
     if ooms:
         ax.plot([x for x, _ in ooms], [y for _, y in ooms], "x", color="red", markersize=9,
