@@ -271,12 +271,16 @@ if has memcheck; then
   shard=${MEMCHECK_SHARD:-1/1}
   k=${shard%/*} n=${shard#*/}
   picked=()
-  for i in "${!memcheck_files[@]}"; do
-    [ $((i % n)) -eq $((k - 1)) ] && picked+=("${memcheck_files[$i]}")
-  done
-  say "memcheck: share $shard, ${#picked[@]} of ${#memcheck_files[@]} test files"
-  ASYNCMR_UNDER_SANITIZER=1 ASYNCMR_STRESS_OPS=300 ASYNCMR_CAPTURE_CYCLES=200 \
-    run memcheck compute-sanitizer \
+  if ! [[ $k =~ ^[0-9]+$ && $n =~ ^[0-9]+$ ]] || [ "$k" -lt 1 ] || [ "$k" -gt "$n" ]; then
+    fail memcheck "MEMCHECK_SHARD must be K/N with 1 <= K <= N, got '$shard'"
+  else
+    for i in "${!memcheck_files[@]}"; do
+      [ $((i % n)) -eq $((k - 1)) ] && picked+=("${memcheck_files[$i]}")
+    done
+    say "memcheck: share $shard, ${#picked[@]} of ${#memcheck_files[@]} test files"
+  fi
+  [ ${#picked[@]} -gt 0 ] && ASYNCMR_UNDER_SANITIZER=1 ASYNCMR_STRESS_OPS=300 \
+    ASYNCMR_CAPTURE_CYCLES=200 run memcheck compute-sanitizer \
     --tool memcheck --report-api-errors no --error-exitcode 9 --target-processes all \
     python3 -m pytest "${picked[@]}" -q -rs -p no:cacheprovider -m "not soak"
 fi
