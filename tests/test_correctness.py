@@ -214,9 +214,10 @@ def test_close_while_threads_allocate(gpu, door):
     assert buf.tobytes() == b"\x01" * 4096
 
 
-# close() when nothing is allocated but a free is still queued on a stream held back by host work:
-# the pool must not be destroyed under the queued free (on driver 580 that stream never finished,
-# and the close race above hung on it), so close() parks it and the next create destroys it.
+# close() when nothing is allocated but frees are still queued on streams held back by host work:
+# the pool must not be destroyed under the queued frees (the close race above hung, its threads
+# in their streams' synchronize, while close() destroyed on "nothing allocated"), so close()
+# parks it and the next create destroys it.
 CLOSE_CHILD = r"""
 import sys, time, cupy, asyncmr
 from asyncmr import Location, MemPool
