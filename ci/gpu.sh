@@ -46,13 +46,15 @@
 #             .before/tree.tar, made here with `git archive -o .before/tree.tar <commit>`; the
 #             tree must hold the tests) is built into its own site and its soundness tests run
 #             there (BEFORE_TESTS, default tests/test_cache_soundness.py tests/test_ipc.py), Python
-#             and C++. Their failures are the evidence the tests can fail: logged,
-#             and they do not fail the run
+#             and C++; BEFORE_TESTS=none only builds it (for compare). Their failures are the
+#             evidence the tests can fail: logged, and they do not fail the run
 #   compare   the pair costs (benchmark section 1, quick; COMPARE_SECTIONS=1,11 adds the front
 #             cache's) of the code before (the build the before stage made) and of this build,
-#             measured by this tree's harness in one run, alternating before/after twice;
-#             benchmarks/compare_builds.py prints them side by side as ratios into the log and
-#             OUTDIR/compare.json (needs before and build)
+#             measured by this tree's harness in one run, alternating before/after
+#             COMPARE_ROUNDS times (default 2; each run's results in OUTDIR/compare-runs/);
+#             benchmarks/compare_builds.py prints them side by side as ratios, raw and against
+#             RMM's CudaAsyncMemoryResource in the same run, into the log and OUTDIR/compare.json
+#             (needs before and build)
 #
 # Needs, in the repository:
 #   .whl/core/*.whl   ../shared/wheelhouse.sh .whl core       (rmm, librmm for CUDA 13)
@@ -415,19 +417,23 @@ if has before; then
     cp -r .gtest /tmp/before/.gtest 2>/dev/null
     if run before-build env PYTHONPATH="$site:$site_build" python3 -m pip install \
          --no-build-isolation --no-deps -q --target /tmp/site-before /tmp/before; then
-      # Expected to fail: not counted in the status.
-      say "before: the soundness tests on the code before the fix (failures expected)"
-      (cd /tmp/before && PYTHONPATH="/tmp/site-before:$site" timeout 300 python3 -m pytest \
-         ${BEFORE_TESTS:-tests/test_cache_soundness.py tests/test_ipc.py} -q -rs -p no:cacheprovider \
-         --timeout 40) 2>&1 | tee -a "$log"
-      (cd /tmp/before && PYTHONPATH="$site" cmake -S . -B build/cpp -G Ninja \
-         -DASYNCMR_BUILD_PYTHON=OFF -DASYNCMR_BUILD_TESTS=ON -DASYNCMR_TEST_CUDA_ARCHITECTURES=90 \
-         -DASYNCMR_GTEST_SOURCE_DIR=/tmp/before/.gtest -DASYNCMR_TEST_NVCC="$(command -v nvcc)" \
-         -DPython3_EXECUTABLE="$(command -v python3)" -DCMAKE_BUILD_TYPE=Release \
-         "-DCMAKE_PREFIX_PATH=$site/librmm;$site/rapids_logger" >/dev/null \
-         && cmake --build build/cpp -j 16 --target asyncmr_tests >/dev/null \
-         && ctest --test-dir build/cpp -R Soundness --output-on-failure --timeout 60) 2>&1 | tee -a "$log"
-      say "before: done (its failures do not fail this run)"
+      if [ "${BEFORE_TESTS:-}" = none ]; then
+        say "before: built; its tests not run (BEFORE_TESTS=none)"
+      else
+        # Expected to fail: not counted in the status.
+        say "before: the soundness tests on the code before the fix (failures expected)"
+        (cd /tmp/before && PYTHONPATH="/tmp/site-before:$site" timeout 300 python3 -m pytest \
+           ${BEFORE_TESTS:-tests/test_cache_soundness.py tests/test_ipc.py} -q -rs -p no:cacheprovider \
+           --timeout 40) 2>&1 | tee -a "$log"
+        (cd /tmp/before && PYTHONPATH="$site" cmake -S . -B build/cpp -G Ninja \
+           -DASYNCMR_BUILD_PYTHON=OFF -DASYNCMR_BUILD_TESTS=ON -DASYNCMR_TEST_CUDA_ARCHITECTURES=90 \
+           -DASYNCMR_GTEST_SOURCE_DIR=/tmp/before/.gtest -DASYNCMR_TEST_NVCC="$(command -v nvcc)" \
+           -DPython3_EXECUTABLE="$(command -v python3)" -DCMAKE_BUILD_TYPE=Release \
+           "-DCMAKE_PREFIX_PATH=$site/librmm;$site/rapids_logger" >/dev/null \
+           && cmake --build build/cpp -j 16 --target asyncmr_tests >/dev/null \
+           && ctest --test-dir build/cpp -R Soundness --output-on-failure --timeout 60) 2>&1 | tee -a "$log"
+        say "before: done (its failures do not fail this run)"
+      fi
     fi
   fi
 fi
@@ -437,18 +443,22 @@ if has compare; then
     fail compare "needs the before and build stages in the same run"
   else
     runs_before=() runs_after=()
-    for i in 1 2; do
+    rounds=${COMPARE_ROUNDS:-2}
+    [[ $rounds =~ ^[1-9][0-9]?$ ]] || { fail compare "COMPARE_ROUNDS must be 1-99, got '$rounds'"; rounds=0; }
+    mkdir -p "$out/compare-runs"
+    for i in $(seq 1 "$rounds"); do
       for side in before after; do
         where=$site
         [ "$side" = before ] && where=/tmp/site-before:$site
         run "compare-$side-$i" env PYTHONPATH="$repo/benchmarks:$where" python3 -m asyncmr_bench \
           --quick --sections "${COMPARE_SECTIONS:-1}" --no-floor --out "/tmp/compare-$side-$i"
+        cp "/tmp/compare-$side-$i/results.json" "$out/compare-runs/$side-$i.json" 2>/dev/null
         if [ "$side" = before ]; then runs_before+=("/tmp/compare-$side-$i/results.json")
         else runs_after+=("/tmp/compare-$side-$i/results.json"); fi
       done
     done
-    run compare python3 benchmarks/compare_builds.py --before "${runs_before[@]}" \
-      --after "${runs_after[@]}" --out "$out/compare.json"
+    [ "$rounds" -gt 0 ] && run compare python3 benchmarks/compare_builds.py \
+      --before "${runs_before[@]}" --after "${runs_after[@]}" --out "$out/compare.json"
   fi
 fi
 

@@ -764,6 +764,46 @@ def test_compare_builds_gives_after_over_before_per_cell(tmp_path, capsys):
     assert "| 1 | AsyncPinnedMR | 4096 | 2.100 | 1.100 | 0.52x |" in capsys.readouterr().out
 
 
+def test_compare_builds_cancels_a_drift_every_resource_shares(tmp_path, capsys):
+    # The second before-run is 40% faster for everything, RMM's resource as much as ours (seen
+    # on the H200): raw, the after build looks 25% slower; against the reference, unchanged.
+    import compare_builds
+
+    ref = compare_builds.DEFAULT_REFERENCE
+    docs = {"b1": {"AsyncPinnedMR": 2.0, ref: 1.0}, "b2": {"AsyncPinnedMR": 1.2, ref: 0.6},
+            "a1": {"AsyncPinnedMR": 2.0, ref: 1.0}, "a2": {"AsyncPinnedMR": 2.0, ref: 1.0}}
+    files = {}
+    for name, cells in docs.items():
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(json.dumps(_pairs_doc(cells)))
+    out = tmp_path / "compare.json"
+    assert compare_builds.main(["--before", str(files["b1"]), str(files["b2"]), "--after",
+                                str(files["a1"]), str(files["a2"]), "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    rows = {r["resource"]: r for r in doc["rows"]}
+    ours = rows["AsyncPinnedMR"]
+    assert ours["after_over_before"] == pytest.approx(1.25)
+    assert ours["before_against_reference"] == pytest.approx([2.0, 2.0])
+    assert ours["after_over_before_against_reference"] == pytest.approx(1.0)
+    assert rows[ref]["after_over_before_against_reference"] is None, "the reference against itself"
+    assert doc["reference"] == ref
+    text = capsys.readouterr().out
+    assert f"against: {ref}" in text and "| 1.25x | 1.000x |" in text
+
+
+def test_compare_builds_leaves_a_run_without_the_reference_out(tmp_path):
+    import compare_builds
+
+    ref = compare_builds.DEFAULT_REFERENCE
+    b1, b2, a1 = (tmp_path / f"{n}.json" for n in ("b1", "b2", "a1"))
+    b1.write_text(json.dumps(_pairs_doc({"AsyncDeviceMR": 1.0, ref: 2.0})))
+    b2.write_text(json.dumps(_pairs_doc({"AsyncDeviceMR": 9.0})))  # no reference cell
+    a1.write_text(json.dumps(_pairs_doc({"AsyncDeviceMR": 1.1, ref: 2.0})))
+    row = compare_builds.compare([str(b1), str(b2)], [str(a1)])[0]
+    assert row["before_against_reference"] == pytest.approx([0.5])
+    assert row["after_over_before_against_reference"] == pytest.approx(1.1)
+
+
 def test_compare_builds_names_an_unreadable_file(tmp_path, capsys):
     import compare_builds
 
