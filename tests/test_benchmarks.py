@@ -509,9 +509,11 @@ def _front_cache_doc(cached_us, cupy_us, hit_ns, one_rate, many_rate, cpp=None,
             "pairs": {"pinned": pinned},
             "cache": {"pinned": {"cap": 64 * MiB, "hits": 1000, "misses": 2}},
             "calls": {"cuStreamIsCapturing": ns([20.0]), "cuStreamGetId": ns([15.0]),
-                      "cuEventRecord": ns([10.0]), "front_cache take+put": ns([30.0])},
+                      "cuEventRecord": ns([10.0]), "front_cache take+put": ns([30.0]),
+                      "history clock read": ns([17.0]), "history ring record": ns([13.0])},
             "calls_per_hit_pair": {"cuStreamIsCapturing": 2, "cuStreamGetId": 2,
                                    "cuEventRecord": 1, "front_cache take+put": 1},
+            "calls_per_recorded_pair": {"history clock read": 2, "history ring record": 2},
             "threads": {"kind": "pinned", "bytes": 4096, "threads": 8, "results": {"cached": {
                 "per_thread": 1000,
                 "1": _summary(one_rate, "pairs_per_s"), "8": _summary(many_rate, "pairs_per_s"),
@@ -563,6 +565,9 @@ def test_front_cache_targets_met_from_raw_rounds(capsys):
     printed = capsys.readouterr().out
     assert "cupy PinnedMemoryPool" in printed and "cuStreamGetId" in printed
     assert "account for 110.0 ns of the 120.0 ns" in printed  # 2*20 + 2*15 + 10 + 30
+    # The recording's own calls are in their table, not counted in the hit pair's.
+    assert "recording adds 40.0 ns to a pinned 4 KiB cached pair" in printed
+    assert "ring writes alone are 60.0 ns of it" in printed  # 2*17 + 2*13
     assert "cuStreamGetId (calls alone)" in printed
 
 
@@ -683,6 +688,10 @@ def test_cache_bench_quick_prints_every_part(gpu):
     for call in ("cuStreamIsCapturing", "cuStreamGetId", "cuEventRecord", "front_cache take+put"):
         assert doc["calls"][call]["median_ns"] > 0
         assert doc["calls_per_hit_pair"][call] in (1, 2)
+    for call in ("history clock read", "history ring record"):
+        assert doc["calls"][call]["median_ns"] > 0 and len(doc["calls"][call]["rounds_ns"]) == \
+            params["rounds"]
+        assert doc["calls_per_recorded_pair"][call] == 2
     th = doc["threads"]
     n = str(th["threads"])
     assert th["kind"] == "pinned" and th["bytes"] == 4096 and n == "8"

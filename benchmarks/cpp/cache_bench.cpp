@@ -21,7 +21,9 @@
  *   - "calls": ns per call of what a hit adds besides the cache itself, each alone:
  *     the driver's cuStreamIsCapturing and cuStreamGetId (each made once per allocate and once
  *     per deallocate), cuEventRecord (the marker a put records) and the bare cache's take+put
- *     on the CPU (no CUDA).
+ *     on the CPU (no CUDA); and what each event of a recording is made of (no CUDA): the
+ *     steady-clock read that stamps it and history_ring::record into a ring as large as a
+ *     recording round's ("calls_per_recorded_pair": twice each, an allocation and a free).
  *   - "resources": what each kind measured.
  *   - "threads": T threads (8), each on its own stream, released together, hit pairs of one size
  *     on ONE cached pinned resource; the same loop on 1 thread in the same round; aggregate
@@ -45,6 +47,7 @@
 
 #include <asyncmr/asyncmr.hpp>
 #include <asyncmr/detail/front_cache.hpp>
+#include <asyncmr/detail/history.hpp>
 
 #include <rmm/aligned.hpp>
 #include <rmm/resource_ref.hpp>
@@ -294,8 +297,37 @@ void event_record_calls(cudaStream_t stream, long calls)
 }
 
 struct call_rounds {
-  std::vector<double> is_capturing, get_id, event_record, take_put;
+  std::vector<double> is_capturing, get_id, event_record, take_put, clock_read, ring_record;
 };
+
+// What a recorded event costs besides the resource's own bookkeeping: the clock that stamps it,
+// and the ring write. Each round records into a fresh ring as large as recording_round's, as
+// the recording rounds do (so the ring's memory is as cold here as there).
+double clock_round(long calls)
+{
+  auto const t0    = clock_type::now();
+  std::uint64_t acc = 0;
+  for (long i = 0; i < calls; ++i) { acc += asyncmr::detail::history_now_ns(); }
+  double const ns = since_ns(t0) / static_cast<double>(calls);
+  sink.store(acc, std::memory_order_relaxed);
+  return ns;
+}
+
+double ring_round(long calls, int pairs)
+{
+  asyncmr::detail::history_ring ring{static_cast<std::size_t>(4 * pairs + 64)};
+  asyncmr::detail::history_event e{};
+  e.action      = asyncmr::detail::history_action::cache_hit;
+  e.bytes       = 4096;
+  auto const t0 = clock_type::now();
+  for (long i = 0; i < calls; ++i) {
+    e.address = static_cast<std::uint64_t>(i);
+    ring.record(e);
+  }
+  double const ns = since_ns(t0) / static_cast<double>(calls);
+  sink.store(ring.recorded(), std::memory_order_relaxed);
+  return ns;
+}
 
 call_rounds measure_calls(cudaStream_t stream, params const& p)
 {
@@ -331,12 +363,20 @@ call_rounds measure_calls(cudaStream_t stream, params const& p)
       into.push_back(since_ns(t0) / n);
     };
   };
-  std::function<void()> const ways[4] = {timed(is_capturing, out.is_capturing),
-                                         timed(get_id, out.get_id),
-                                         timed(event_record, out.event_record),
-                                         timed(take_put, out.take_put)};
+  // A recording round makes two events a pair: as many here as in one of those rounds.
+  long const events = 2L * p.pairs;
+  clock_round(p.warmup);
+  ring_round(p.warmup, p.warmup);
+  constexpr int way_count = 6;
+  std::function<void()> const ways[way_count] = {
+    timed(is_capturing, out.is_capturing),
+    timed(get_id, out.get_id),
+    timed(event_record, out.event_record),
+    timed(take_put, out.take_put),
+    [&] { out.clock_read.push_back(clock_round(events)); },
+    [&] { out.ring_record.push_back(ring_round(events, p.pairs)); }};
   for (int r = 0; r < p.rounds; ++r) {
-    for (int i = 0; i < 4; ++i) { ways[(r + i) % 4](); }
+    for (int i = 0; i < way_count; ++i) { ways[(r + i) % way_count](); }
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // the recorded events
   }
   cache.detach_all();  // a fake block: parked, never freed
@@ -623,11 +663,12 @@ int main(int argc, char** argv)
   os << ",\"calls\":{";
   try {
     auto const c = measure_calls(stream, p);
-    char const* names[4]                 = {"cuStreamIsCapturing", "cuStreamGetId",
-                                            "cuEventRecord", "front_cache take+put"};
-    std::vector<double> const* rounds[4] = {&c.is_capturing, &c.get_id, &c.event_record,
-                                            &c.take_put};
-    for (int i = 0; i < 4; ++i) {
+    char const* names[6]                 = {"cuStreamIsCapturing", "cuStreamGetId",
+                                            "cuEventRecord",       "front_cache take+put",
+                                            "history clock read",  "history ring record"};
+    std::vector<double> const* rounds[6] = {&c.is_capturing, &c.get_id,     &c.event_record,
+                                            &c.take_put,     &c.clock_read, &c.ring_record};
+    for (int i = 0; i < 6; ++i) {
       os << (i ? "," : "") << "\"" << names[i] << "\":";
       write_summary(os, *rounds[i], "_ns", true);
     }
@@ -635,7 +676,8 @@ int main(int argc, char** argv)
     errors["calls"] = e.what();
   }
   os << "},\"calls_per_hit_pair\":{\"cuStreamIsCapturing\":2,\"cuStreamGetId\":2,"
-        "\"cuEventRecord\":1,\"front_cache take+put\":1}";
+        "\"cuEventRecord\":1,\"front_cache take+put\":1}"
+        ",\"calls_per_recorded_pair\":{\"history clock read\":2,\"history ring record\":2}";
 
   // c. threads: hit pairs on the pinned kind, and the two CUDA calls of a hit, alone
   int const thread_rounds = std::max(5, p.rounds / 4);

@@ -256,16 +256,33 @@ def show(res: dict) -> None:
                 ["pool: way"] + [fmt_size(s) for s in sizes], rows)
     calls = cpp.get("calls", {})
     times = cpp.get("calls_per_hit_pair", {})
-    rows = [[name, _ns(e), str(times.get(name, ""))] for name, e in calls.items()]
-    accounted = sum(e.get("median_ns", 0) * times.get(name, 0) for name, e in calls.items()
+    recorded = cpp.get("calls_per_recorded_pair", {})
+    hit_calls = {name: e for name, e in calls.items() if name not in recorded}
+    rows = [[name, _ns(e), str(times.get(name, ""))] for name, e in hit_calls.items()]
+    accounted = sum(e.get("median_ns", 0) * times.get(name, 0) for name, e in hit_calls.items()
                     if isinstance(e, dict))
     print_table("  what a hit pair is made of (ns per call: median [p10-p90])",
                 ["call", "ns", "per hit pair"], rows)
-    hit = ((cpp.get("pairs", {}).get("pinned") or {}).get(str(sizes[0])) or {}).get("cached")
-    if calls and isinstance(hit, dict):
+    first = (cpp.get("pairs", {}).get("pinned") or {}).get(str(sizes[0])) or {}
+    hit = first.get("cached")
+    if hit_calls and isinstance(hit, dict):
         print(f"  these calls account for {accounted:.1f} ns of the {hit['median_ns']:.1f} ns "
               f"pinned {fmt_size(sizes[0])} hit pair (the rest: the resource reference's "
               "dispatch and asyncmr's checks)")
+    rec_calls = {name: calls[name] for name in recorded if isinstance(calls.get(name), dict)}
+    if rec_calls:
+        print_table("  what recording adds to a pair, per event (ns per call: median [p10-p90])",
+                    ["call", "ns", "per recorded pair"],
+                    [[name, _ns(e), str(recorded[name])] for name, e in rec_calls.items()])
+        floor = sum(e.get("median_ns", 0) * recorded[name] for name, e in rec_calls.items())
+        rn = first.get("rounds_ns") or {}
+        for way in ("uncached", "cached"):
+            diffs = [a - b for a, b in zip(rn.get(f"{way}_recording") or [], rn.get(way) or [])]
+            if diffs:
+                added = percentile(diffs, 0.5)  # as the history targets take it
+                print(f"  recording adds {added:.1f} ns to a pinned {fmt_size(sizes[0])} {way} "
+                      f"pair (median of per-round differences); the clock reads and ring writes "
+                      f"alone are {floor:.1f} ns of it")
     th = cpp.get("threads", {})
     n = str(th.get("threads", 8))
     rows = []
