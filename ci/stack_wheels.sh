@@ -14,8 +14,8 @@
 # `bash ../shared/bigcarry.sh --join /tmp/big`, then the numpy wheel out of /tmp/big into its own
 # folder and the run:
 #
-#   mkdir -p /tmp/np && mv /tmp/big/numpy-*.whl /tmp/np-wheel.whl 2>/dev/null; \
-#   python3 -m pip install -q --no-index --no-deps --target /tmp/np /tmp/np-wheel.whl; \
+#   mkdir -p /tmp/npw && mv /tmp/big/numpy-*.whl /tmp/npw/ && \
+#   python3 -m pip install -q --no-index --no-deps --target /tmp/np /tmp/npw/*.whl && \
 #   STACKS_PYTHONPATH=/tmp/np bash ci/gpu.sh $OUT build consumer cudf stacks
 #
 # (ci/gpu.sh installs every wheel in /tmp/big into its site with the core wheels, in one pip
