@@ -575,6 +575,25 @@ def test_the_readme_timeline_is_drawn_from_its_committed_h200_recording(tmp_path
     assert Path(out).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_phase_with_its_peak_is_labelled_with_it():
+    from asyncmr._plot import phase_label
+    assert phase_label({"name": "load", "start_ns": 0, "end_ns": 1}) == "load"
+    assert phase_label({"name": "load", "start_ns": 0, "end_ns": 1,
+                        "used_high": 96 << 20}) == "load (peak 96.0 MiB)"
+    assert phase_label({"name": "join", "used_high": 3 << 30}) == "join (peak 3.0 GiB)"
+    assert phase_label({"name": "x", "used_high": "lots"}) == "x", "a non-int peak is not shown"
+
+
+@pytest.mark.parametrize("bad", ["", None, 3, b"load"])
+def test_a_phase_name_must_be_a_non_empty_str(bad):
+    from asyncmr._attributes import check_phase_name
+    with pytest.raises(ValueError, match="a phase needs a non-empty name"):
+        check_phase_name(bad)
+    if bad is None:
+        assert check_phase_name(bad, allow_none=True) is None
+    assert check_phase_name("load") == "load"
+
+
 @pytest.mark.parametrize("span_ns, unit", [(2_000_000_000, "s"), (1_000_000_000, "s"),
                                            (1_300_000, "ms"), (999_999, "us"), (0, "us")])
 def test_the_timeline_picks_a_time_unit_its_span_reads_in(span_ns, unit):

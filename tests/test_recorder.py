@@ -100,6 +100,49 @@ def test_phases_are_spans_around_their_events(gpu):
     s.synchronize()
 
 
+def test_a_named_track_peak_is_a_phase_of_the_recording_with_its_peaks(gpu):
+    mr = AsyncDeviceMR(pool="new")
+    s = Stream()
+    with mr.record_history() as h:
+        with mr.track_peak(name="big") as big:
+            p = mr.allocate(8 * MiB, s)
+            mr.deallocate(p, 8 * MiB, s)
+        with mr.track_peak() as unnamed:  # no name: measured, not a phase
+            q = mr.allocate(MiB, s)
+            mr.deallocate(q, MiB, s)
+    history = h.history()
+    (phase,) = history.header["phases"]
+    assert phase["name"] == big.name == "big" and unnamed.name is None
+    assert phase["used_high"] == big.used >= 8 * MiB
+    assert phase["reserved_high"] == big.reserved >= 8 * MiB
+    alloc = next(e for e in history.events if e["action"] == "alloc")
+    assert phase["start_ns"] <= alloc["time_ns"] <= phase["end_ns"]
+    # Outside a recording a name only names the tracker.
+    with mr.track_peak(name="alone") as alone:
+        r = mr.allocate(MiB, s)
+        mr.deallocate(r, MiB, s)
+    assert alone.name == "alone" and alone.used >= MiB
+    assert h.history().header["phases"] == history.header["phases"]
+    s.synchronize()
+
+
+@pytest.mark.parametrize("bad", ["", 3, b"load"])
+def test_a_bad_phase_name_is_refused_and_the_peaks_stay(gpu, bad):
+    mr = AsyncDeviceMR(pool="new")
+    s = Stream()
+    p = mr.allocate(4 * MiB, s)
+    mr.deallocate(p, 4 * MiB, s)
+    s.synchronize()
+    high = mr.pool.attributes.used_mem_high
+    with mr.record_history() as h:
+        with pytest.raises(ValueError, match="a phase needs a non-empty name"):
+            mr.track_peak(name=bad)
+        with pytest.raises(ValueError, match="a phase needs a non-empty name"):
+            mr.pool.track_peak(name=bad)
+    assert mr.pool.attributes.used_mem_high == high >= 4 * MiB, "refused before any reset"
+    assert h.history().header["phases"] == []
+
+
 def test_outstanding_lists_the_largest_first(gpu):
     mr = AsyncDeviceMR(pool="new")
     s = Stream()

@@ -167,26 +167,49 @@ class PeakTracker:
     """Measures one phase's high-water marks: ``with mr.track_peak() as peak: ...``; afterwards
     ``peak.used`` and ``peak.reserved`` are the phase's peaks in bytes.
 
+    ``name`` names the phase. While a recording runs on the resource (``mr.record_history()``),
+    a named phase is also a phase of that recording: shaded in ``python -m asyncmr plot``, with
+    its peaks (``used_high`` / ``reserved_high``) in the history's header.
+
     A shared pool's peak counts every user of that pool in the process, not just this code.
     """
 
-    __slots__ = ("_pool", "used", "reserved")
+    __slots__ = ("_pool", "_recorder", "_phase", "name", "used", "reserved")
 
-    def __init__(self, pool):
+    def __init__(self, pool, name: str | None = None, recorder=None):
+        self.name = check_phase_name(name, allow_none=True)
         self._pool = pool
+        self._recorder = recorder if name is not None else None
+        self._phase = None
         self.used: int | None = None
         self.reserved: int | None = None
 
     def __enter__(self) -> PeakTracker:
         self._pool.reset_peaks()
+        if self._recorder is not None and self._recorder.recording:
+            self._phase = self._recorder._open_phase(self.name)
         return self
 
     def __exit__(self, *exc) -> bool:
         attrs = self._pool.attributes
         self.used = attrs.used_mem_high
         self.reserved = attrs.reserved_mem_high
-        self._pool = None  # the peaks are read: the tracker no longer keeps the pool alive
+        if self._phase is not None:
+            self._recorder._close_phase(self._phase, used_high=self.used,
+                                        reserved_high=self.reserved)
+        # The peaks are read: the tracker no longer keeps the pool or the recording alive.
+        self._pool = self._recorder = self._phase = None
         return False
 
     def __repr__(self) -> str:
-        return f"PeakTracker(used={self.used}, reserved={self.reserved})"
+        named = f"name={self.name!r}, " if self.name is not None else ""
+        return f"PeakTracker({named}used={self.used}, reserved={self.reserved})"
+
+
+def check_phase_name(name: object, *, allow_none: bool = False) -> str | None:
+    """A phase's name: a non-empty str (or None where ``allow_none``)."""
+    if name is None and allow_none:
+        return None
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"asyncmr: a phase needs a non-empty name (a str), got {name!r}")
+    return name

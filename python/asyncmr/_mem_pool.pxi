@@ -144,11 +144,12 @@ cdef class MemPool:
         """Reset both watermarks (``used_mem_high``, ``reserved_mem_high``)."""
         self.get().reset_peaks()
 
-    def track_peak(self):
-        """``with pool.track_peak() as peak:`` measures one phase's peaks (bytes)."""
+    def track_peak(self, name=None):
+        """``with pool.track_peak() as peak:`` measures one phase's peaks (bytes); ``name``
+        names it (a resource's ``track_peak`` also marks it in that resource's recording)."""
         from asyncmr._attributes import PeakTracker
 
-        return PeakTracker(self)
+        return PeakTracker(self, name)
 
     def set_access(self, devices, mode="rw"):
         """Grant ``mode`` ("rw", "r" or "none") access to ``devices`` ("all", an id or ids).

@@ -134,6 +134,15 @@ def _lane(ax: Axes, name: str, history: History, unit: str, scale: int) -> None:
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
 
 
+def phase_label(phase: Mapping[str, Any]) -> str:
+    """A phase's name, with its used peak when it has one (``mr.track_peak(name=...)``)."""
+    peak = phase.get("used_high")
+    if isinstance(peak, int) and not isinstance(peak, bool):
+        unit, scale = unit_for(peak)
+        return f"{phase['name']} (peak {peak / scale:.1f} {unit})"
+    return str(phase["name"])
+
+
 def _phases(ax: Axes, phases: Sequence[dict[str, Any]], t0: int, t_end: int,
             x_end: float, per: float) -> None:
     """Each phase as a shaded span with its name, clipped to the lane's events (a phase still
@@ -151,5 +160,5 @@ def _phases(ax: Axes, phases: Sequence[dict[str, Any]], t0: int, t_end: int,
             ax.axvspan(start, end, color=colour, alpha=0.15, linewidth=0)
         else:
             ax.axvline(start, color=colour, alpha=0.6)
-        ax.text(start, 0.98, f" {phase['name']}", transform=ax.get_xaxis_transform(), ha="left",
-                va="top", fontsize=8, color=colour, clip_on=True)
+        ax.text(start, 0.98, f" {phase_label(phase)}", transform=ax.get_xaxis_transform(),
+                ha="left", va="top", fontsize=8, color=colour, clip_on=True)

@@ -77,15 +77,25 @@ class HistoryRecorder:
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """``with h.phase("load"):`` names a span of the recording (shaded in ``plot``). The
-        clock is the events' (CLOCK_MONOTONIC, which std::chrono::steady_clock reads)."""
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"asyncmr: a phase needs a non-empty name, got {name!r}")
-        entry: dict[str, Any] = {"name": name, "start_ns": time.monotonic_ns(), "end_ns": None}
-        self._phases.append(entry)
+        clock is the events' (CLOCK_MONOTONIC, which std::chrono::steady_clock reads).
+        ``with mr.track_peak(name="load"):`` makes the same span, with the phase's peaks."""
+        entry = self._open_phase(name)
         try:
             yield
         finally:
-            entry["end_ns"] = time.monotonic_ns()
+            self._close_phase(entry)
+
+    def _open_phase(self, name: object) -> dict[str, Any]:
+        from asyncmr._attributes import check_phase_name
+
+        entry: dict[str, Any] = {"name": check_phase_name(name), "start_ns": time.monotonic_ns(),
+                                 "end_ns": None}
+        self._phases.append(entry)
+        return entry
+
+    def _close_phase(self, entry: dict[str, Any], **extra: Any) -> None:
+        entry["end_ns"] = time.monotonic_ns()
+        entry.update(extra)
 
     # ---- called by the resource -------------------------------------------------------------
 

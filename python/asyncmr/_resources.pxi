@@ -291,12 +291,16 @@ cdef class _PoolResource(DeviceMemoryResource):
         """Reset the pool's used and reserved watermarks."""
         self.pool.reset_peaks()
 
-    def track_peak(self):
+    def track_peak(self, name=None):
         """``with mr.track_peak() as peak:``; then ``peak.used`` / ``peak.reserved`` (bytes).
 
+        ``name`` names the phase; while this resource records its history (``record_history``),
+        a named phase is a phase of that recording too, with its peaks: shaded in ``plot``.
         A shared pool's peak counts every user of that pool in the process.
         """
-        return self.pool.track_peak()
+        from asyncmr._attributes import PeakTracker
+
+        return PeakTracker(self.pool, name, self._recorder)
 
     def __repr__(self):
         return (f"{type(self).__name__}(allocation_type={self.allocation_type!r}, "
