@@ -17,21 +17,12 @@
 set -euo pipefail
 dir=${1:?usage: ci/build_wheels.sh DIR}
 out=$dir/build
-py=${PYTHON:-3.12}
 mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-fetch() {  # fetch DEST SPEC...
-  local dest=$1
-  shift
-  python3 -m pip download --quiet --no-deps --only-binary=:all: \
-    --python-version "$py" --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
-    --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 --platform any \
-    -d "$dest" "$@"
-}
+# shellcheck source=ci/fetch_wheels.sh
+source "$(dirname "$0")/fetch_wheels.sh"
 
 fetch "$out" 'rapids-build-backend==0.4.1' 'rapids-dependency-file-generator>=1.13.3,<2' \
   PyYAML packaging tomlkit jsonschema jsonschema-specifications referencing rpds-py attrs \

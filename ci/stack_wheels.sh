@@ -27,19 +27,10 @@ dir=${1:?usage: ci/stack_wheels.sh DIR [--chunks CHUNKDIR]}
 shift
 chunks=
 if [ "${1:-}" = --chunks ]; then chunks=${2:?--chunks needs a folder}; fi
-py=${PYTHON:-3.12}
 mkdir -p "$dir/stacks" "$dir/numpy"
 
-fetch() {  # fetch DEST SPEC...
-  local dest=$1
-  shift
-  python3 -m pip download --quiet --no-deps --only-binary=:all: \
-    --python-version "$py" --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
-    --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 --platform any \
-    -d "$dest" "$@"
-}
+# shellcheck source=ci/fetch_wheels.sh
+source "$(dirname "$0")/fetch_wheels.sh"
 
 # cuDF: the C++ library, its Python bindings and package, and what the host lacks.
 fetch "$dir/stacks" 'libcudf-cu13==26.10.*' 'pylibcudf-cu13==26.10.*' 'cudf-cu13==26.10.*' \
