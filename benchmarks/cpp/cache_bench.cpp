@@ -23,7 +23,9 @@
  *     per deallocate), cuEventRecord (the marker a put records) and the bare cache's take+put
  *     on the CPU (no CUDA); and what each event of a recording is made of (no CUDA): the
  *     steady-clock read that stamps it and history_ring::record into a ring as large as a
- *     recording round's ("calls_per_recorded_pair": twice each, an allocation and a free).
+ *     recording round's ("calls_per_recorded_pair": twice each, an allocation and a free);
+ *     on x86-64 also a raw __rdtsc (listed in "recording_candidates": a stamp the recorder does
+ *     not make, measured to decide whether it should); "meta" names the kernel's clocksource.
  *   - "resources": what each kind measured.
  *   - "threads": T threads (8), each on its own stream, released together, hit pairs of one size
  *     on ONE cached pinned resource; the same loop on 1 thread in the same round; aggregate
@@ -48,6 +50,10 @@
 #include <asyncmr/asyncmr.hpp>
 #include <asyncmr/detail/front_cache.hpp>
 #include <asyncmr/detail/history.hpp>
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 
 #include <rmm/aligned.hpp>
 #include <rmm/resource_ref.hpp>
@@ -297,7 +303,7 @@ void event_record_calls(cudaStream_t stream, long calls)
 }
 
 struct call_rounds {
-  std::vector<double> is_capturing, get_id, event_record, take_put, clock_read, ring_record;
+  std::vector<double> is_capturing, get_id, event_record, take_put, clock_read, ring_record, tsc_read;
 };
 
 // What a recorded event costs besides the resource's own bookkeeping: the clock that stamps it,
@@ -312,6 +318,35 @@ double clock_round(long calls)
   sink.store(acc, std::memory_order_relaxed);
   return ns;
 }
+
+// What the kernel reads the steady clock from (tsc, kvm-clock, ...): a stamp's cost depends
+// on it. Empty where the file is not there.
+std::string clocksource()
+{
+  std::FILE* f = std::fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "r");
+  if (f == nullptr) { return {}; }
+  char buf[64] = {};
+  std::size_t const n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  std::string out{buf, n};
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) { out.pop_back(); }
+  return out;
+}
+
+#if defined(__x86_64__)
+// A raw time-stamp-counter read: what a stamp would cost were events stamped in ticks and
+// converted to nanoseconds when the history is read (not what the recorder does; measured to
+// decide whether it should).
+double tsc_round(long calls)
+{
+  auto const t0     = clock_type::now();
+  std::uint64_t acc = 0;
+  for (long i = 0; i < calls; ++i) { acc += __rdtsc(); }
+  double const ns = since_ns(t0) / static_cast<double>(calls);
+  sink.store(acc, std::memory_order_relaxed);
+  return ns;
+}
+#endif
 
 double ring_round(long calls, int pairs)
 {
@@ -367,14 +402,18 @@ call_rounds measure_calls(cudaStream_t stream, params const& p)
   long const events = 2L * p.pairs;
   clock_round(p.warmup);
   ring_round(p.warmup, p.warmup);
-  constexpr int way_count = 6;
-  std::function<void()> const ways[way_count] = {
+  std::vector<std::function<void()>> ways = {
     timed(is_capturing, out.is_capturing),
     timed(get_id, out.get_id),
     timed(event_record, out.event_record),
     timed(take_put, out.take_put),
     [&] { out.clock_read.push_back(clock_round(events)); },
     [&] { out.ring_record.push_back(ring_round(events, p.pairs)); }};
+#if defined(__x86_64__)
+  tsc_round(p.warmup);
+  ways.emplace_back([&] { out.tsc_read.push_back(tsc_round(events)); });
+#endif
+  int const way_count = static_cast<int>(ways.size());
   for (int r = 0; r < p.rounds; ++r) {
     for (int i = 0; i < way_count; ++i) { ways[(r + i) % way_count](); }
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // the recorded events
@@ -672,12 +711,22 @@ int main(int argc, char** argv)
       os << (i ? "," : "") << "\"" << names[i] << "\":";
       write_summary(os, *rounds[i], "_ns", true);
     }
+    if (!c.tsc_read.empty()) {
+      os << ",\"tsc read (a candidate stamp)\":";
+      write_summary(os, c.tsc_read, "_ns", true);
+    }
   } catch (std::exception const& e) {
     errors["calls"] = e.what();
   }
   os << "},\"calls_per_hit_pair\":{\"cuStreamIsCapturing\":2,\"cuStreamGetId\":2,"
         "\"cuEventRecord\":1,\"front_cache take+put\":1}"
         ",\"calls_per_recorded_pair\":{\"history clock read\":2,\"history ring record\":2}";
+  // Measured beside the recording's own calls, made by none of them: a cheaper stamp's cost.
+  os << ",\"recording_candidates\":[";
+#if defined(__x86_64__)
+  os << "\"tsc read (a candidate stamp)\"";
+#endif
+  os << "]";
 
   // c. threads: hit pairs on the pinned kind, and the two CUDA calls of a hit, alone
   int const thread_rounds = std::max(5, p.rounds / 4);
@@ -743,6 +792,7 @@ int main(int argc, char** argv)
   doc << "{\"meta\":{\"gpu\":\"" << json_escape(prop.name) << "\",\"driver\":" << versions.driver
       << ",\"runtime\":" << versions.runtime << ",\"variant\":\"cu" << versions.runtime / 1000
       << "\",\"hardware_concurrency\":" << cores << ",\"clock\":\"steady_clock\""
+      << ",\"clocksource\":\"" << json_escape(clocksource()) << "\""
       << ",\"optimized\":" << (asyncmr_bench::built_optimized ? "true" : "false") << "}";
   doc << ",\"params\":{\"pairs\":" << p.pairs << ",\"rounds\":" << p.rounds
       << ",\"warmup\":" << p.warmup << ",\"cache_bytes\":" << p.cache << ",\"sizes\":[";

@@ -257,7 +257,9 @@ def show(res: dict) -> None:
     calls = cpp.get("calls", {})
     times = cpp.get("calls_per_hit_pair", {})
     recorded = cpp.get("calls_per_recorded_pair", {})
-    hit_calls = {name: e for name, e in calls.items() if name not in recorded}
+    candidates = cpp.get("recording_candidates", [])
+    hit_calls = {name: e for name, e in calls.items()
+                 if name not in recorded and name not in candidates}
     rows = [[name, _ns(e), str(times.get(name, ""))] for name, e in hit_calls.items()]
     accounted = sum(e.get("median_ns", 0) * times.get(name, 0) for name, e in hit_calls.items()
                     if isinstance(e, dict))
@@ -271,9 +273,12 @@ def show(res: dict) -> None:
               "dispatch and asyncmr's checks)")
     rec_calls = {name: calls[name] for name in recorded if isinstance(calls.get(name), dict)}
     if rec_calls:
-        print_table("  what recording adds to a pair, per event (ns per call: median [p10-p90])",
-                    ["call", "ns", "per recorded pair"],
-                    [[name, _ns(e), str(recorded[name])] for name, e in rec_calls.items()])
+        clocksource = meta.get("clocksource") or "?"
+        print_table(f"  what recording adds to a pair, per event (ns per call: median [p10-p90]; "
+                    f"clocksource {clocksource})", ["call", "ns", "per recorded pair"],
+                    [[name, _ns(e), str(recorded[name])] for name, e in rec_calls.items()]
+                    + [[name, _ns(calls[name]), "not made"] for name in candidates
+                       if isinstance(calls.get(name), dict)])
         floor = sum(e.get("median_ns", 0) * recorded[name] for name, e in rec_calls.items())
         rn = first.get("rounds_ns") or {}
         for way in ("uncached", "cached"):
