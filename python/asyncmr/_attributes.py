@@ -167,9 +167,9 @@ class PeakTracker:
     """Measures one phase's high-water marks: ``with mr.track_peak() as peak: ...``; afterwards
     ``peak.used`` and ``peak.reserved`` are the phase's peaks in bytes.
 
-    ``name`` names the phase. While a recording runs on the resource (``mr.record_history()``),
-    a named phase is also a phase of that recording: shaded in ``python -m asyncmr plot``, with
-    its peaks (``used_high`` / ``reserved_high``) in the history's header.
+    ``name`` names the phase. A named tracker made while the resource records
+    (``mr.record_history()``) is also a phase of that recording: shaded in ``python -m asyncmr
+    plot``, with its peaks (``used_high`` / ``reserved_high``) in the history's header.
 
     A shared pool's peak counts every user of that pool in the process, not just this code.
     """
@@ -191,14 +191,17 @@ class PeakTracker:
         return self
 
     def __exit__(self, *exc) -> bool:
-        attrs = self._pool.attributes
-        self.used = attrs.used_mem_high
-        self.reserved = attrs.reserved_mem_high
-        if self._phase is not None:
-            self._recorder._close_phase(self._phase, used_high=self.used,
-                                        reserved_high=self.reserved)
-        # The peaks are read: the tracker no longer keeps the pool or the recording alive.
-        self._pool = self._recorder = self._phase = None
+        try:
+            attrs = self._pool.attributes
+            self.used = attrs.used_mem_high
+            self.reserved = attrs.reserved_mem_high
+        finally:
+            # The phase ends even when the peaks cannot be read (then without them).
+            if self._phase is not None:
+                self._recorder._close_phase(self._phase, used_high=self.used,
+                                            reserved_high=self.reserved)
+            # The tracker no longer keeps the pool or the recording alive.
+            self._pool = self._recorder = self._phase = None
         return False
 
     def __repr__(self) -> str:
