@@ -306,19 +306,6 @@ struct call_rounds {
   std::vector<double> is_capturing, get_id, event_record, take_put, clock_read, ring_record, tsc_read;
 };
 
-// What a recorded event costs besides the resource's own bookkeeping: the clock that stamps it,
-// and the ring write. Each round records into a fresh ring as large as recording_round's, as
-// the recording rounds do (so the ring's memory is as cold here as there).
-double clock_round(long calls)
-{
-  auto const t0    = clock_type::now();
-  std::uint64_t acc = 0;
-  for (long i = 0; i < calls; ++i) { acc += asyncmr::detail::history_now_ns(); }
-  double const ns = since_ns(t0) / static_cast<double>(calls);
-  sink.store(acc, std::memory_order_relaxed);
-  return ns;
-}
-
 // What the kernel reads the steady clock from (tsc, kvm-clock, ...): a stamp's cost depends
 // on it. Empty where the file is not there.
 std::string clocksource()
@@ -333,20 +320,18 @@ std::string clocksource()
   return out;
 }
 
-#if defined(__x86_64__)
-// A raw time-stamp-counter read: what a stamp would cost were events stamped in ticks and
-// converted to nanoseconds when the history is read (not what the recorder does; measured to
-// decide whether it should).
-double tsc_round(long calls)
+// What a recorded event costs besides the resource's own bookkeeping: the clock that stamps it,
+// and the ring write. Each round records into a fresh ring as large as recording_round's, as
+// the recording rounds do (so the ring's memory is as cold here as there).
+double clock_round(long calls)
 {
   auto const t0     = clock_type::now();
   std::uint64_t acc = 0;
-  for (long i = 0; i < calls; ++i) { acc += __rdtsc(); }
+  for (long i = 0; i < calls; ++i) { acc += asyncmr::detail::history_now_ns(); }
   double const ns = since_ns(t0) / static_cast<double>(calls);
   sink.store(acc, std::memory_order_relaxed);
   return ns;
 }
-#endif
 
 double ring_round(long calls, int pairs)
 {
@@ -363,6 +348,21 @@ double ring_round(long calls, int pairs)
   sink.store(ring.recorded(), std::memory_order_relaxed);
   return ns;
 }
+
+#if defined(__x86_64__)
+// A raw time-stamp-counter read: what a stamp would cost were events stamped in ticks and
+// converted to nanoseconds when the history is read (not what the recorder does; measured to
+// decide whether it should).
+double tsc_round(long calls)
+{
+  auto const t0     = clock_type::now();
+  std::uint64_t acc = 0;
+  for (long i = 0; i < calls; ++i) { acc += __rdtsc(); }
+  double const ns = since_ns(t0) / static_cast<double>(calls);
+  sink.store(acc, std::memory_order_relaxed);
+  return ns;
+}
+#endif
 
 call_rounds measure_calls(cudaStream_t stream, params const& p)
 {
