@@ -130,6 +130,27 @@ def percentile(values, q: float) -> float:
     return v[lo] * (1.0 - frac) + v[hi] * frac
 
 
+def _numbers(a, b) -> bool:
+    return isinstance(a, (int, float)) and isinstance(b, (int, float))
+
+
+def median_ratio(num, den):
+    """The median of num[i] / den[i] over the rounds both lists have (the two ran side by side
+    in round i), or None."""
+    if not isinstance(num, list) or not isinstance(den, list):
+        return None
+    r = [a / b for a, b in zip(num, den) if _numbers(a, b) and b]
+    return percentile(r, 0.5) if r else None
+
+
+def median_difference(on, off):
+    """The median of on[i] - off[i] over the rounds both lists have, or None."""
+    if not isinstance(on, list) or not isinstance(off, list):
+        return None
+    d = [a - b for a, b in zip(on, off) if _numbers(a, b)]
+    return percentile(d, 0.5) if d else None
+
+
 def summarize(values, unit: str, scale: float = 1.0) -> dict:
     """{median_<unit>, p10_<unit>, p90_<unit>, n} of values * scale."""
     vals = [x * scale for x in values]

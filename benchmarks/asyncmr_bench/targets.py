@@ -17,7 +17,7 @@ from .common import (
     CUPY_PINNED, TORCH_CACHING,
     FLOOR_POOL_OF, HOSTALLOC_MEMORY, POOL_MEMORY, RMM_ASYNC, RMM_ASYNC_MANAGED, RMM_PINNED,
     RMM_POOL_MANAGED, RMM_POOL_PINNED, SECTION_KEYS, STAGING_IDEAL, floor_of, fmt_size, median_of,
-    percentile, ratio, with_release_gil,
+    median_difference, median_ratio, percentile, ratio, with_release_gil,
 )
 
 MET, NOT_MET, NOT_RUN = "met", "not met", "not run"
@@ -234,9 +234,7 @@ def _section7(d: _Doc) -> list:
     per_kind = {}
     for kind in ("device", "pinned", "managed"):
         rounds = (pair.get(kind) or {}).get("rounds_us") or {}
-        per_round = [a / b for a, b in zip(rounds.get("auto") or [], rounds.get("never") or [])
-                     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b]
-        per_kind[kind] = percentile(per_round, 0.5) if per_round else None
+        per_kind[kind] = median_ratio(rounds.get("auto") or [], rounds.get("never") or [])
     return [
         _target(d, 7, "GIL: longest ticker stall while a new pinned pool grows by 2 GiB "
                 "(AsyncPinnedMR, release_gil='auto') <= 5 ms", "<=", 5.0,
@@ -259,16 +257,6 @@ def _section9(d: _Doc) -> list:
                     "(H2D and D2H)", ">=", 0.95,
                     {dr: ratio(gbps(ASYNCMR_ARRAY, dr), gbps(CUPY_ARRAY, dr))
                      for dr in ("H2D", "D2H")})]
-
-
-def _median_ratio(num, den):
-    """The median of num[i] / den[i] over the rounds both lists have (the two ran side by side
-    in round i), or None."""
-    if not isinstance(num, list) or not isinstance(den, list):
-        return None
-    r = [a / b for a, b in zip(num, den)
-         if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b]
-    return percentile(r, 0.5) if r else None
 
 
 def _median_rounds(rounds):
@@ -298,10 +286,8 @@ def _section11(d: _Doc) -> list:
         rn = (entry.get("rounds_ns") or {}) if isinstance(entry, dict) else {}
         hit[f"pinned@{fmt_size(sz)}"] = _median_rounds(rn.get("cached"))
         for way in added:
-            on, off = rn.get(f"{way}_recording"), rn.get(way)
-            diffs = [a - b for a, b in zip(on or [], off or [])
-                     if isinstance(a, (int, float)) and isinstance(b, (int, float))]
-            added[way][f"pinned@{fmt_size(sz)}"] = percentile(diffs, 0.5) if diffs else None
+            added[way][f"pinned@{fmt_size(sz)}"] = median_difference(
+                rn.get(f"{way}_recording") or [], rn.get(way) or [])
     th = cpp.get("threads") or {}
     n = str(th.get("threads", 8))
     per_round = ((th.get("results") or {}).get("cached") or {}).get("rounds_pairs_per_s") or {}
@@ -311,22 +297,22 @@ def _section11(d: _Doc) -> list:
     return [
         _target(d, 11, f"Front cache: {APR_CACHED} alloc+free from Python <= 0.45x "
                 f"{CUPY_PINNED}'s (median of per-round ratios)", "<=", 0.45,
-                {fmt_size(sz): _median_ratio(rounds(APR_CACHED, sz), rounds(CUPY_PINNED, sz))
+                {fmt_size(sz): median_ratio(rounds(APR_CACHED, sz), rounds(CUPY_PINNED, sz))
                  for sz in sizes}),
         _target(d, 11, f"Front cache: {ADR_CACHED} alloc+free from Python <= 0.25x the "
                 f"{TORCH_CACHING}'s (median of per-round ratios)", "<=", 0.25,
-                {fmt_size(sz): _median_ratio(rounds(ADR_CACHED, sz), rounds(TORCH_CACHING, sz))
+                {fmt_size(sz): median_ratio(rounds(ADR_CACHED, sz), rounds(TORCH_CACHING, sz))
                  for sz in sizes}),
         _target(d, 11, "Front cache: C++ hit pair through rmm::device_async_resource_ref "
                 "<= 150 ns (pinned, median of rounds)", "<=", 150.0, hit, why=cpp_why),
         _target(d, 11, f"Front cache: {n} threads on {n} streams >= 4x one thread (C++, cached "
                 "pinned resource, median of per-round ratios)", ">=", 4.0,
                 {f"{n} threads / 1 @ {fmt_size(th.get('bytes', 4096))}":
-                 _median_ratio(per_round.get(n), per_round.get("1"))}, why=cpp_why),
+                 median_ratio(per_round.get(n), per_round.get("1"))}, why=cpp_why),
         _target(d, 11, f"Front cache: {pyn} Python threads on {pyn} streams >= 3x one thread "
                 "(cached pinned resource, median of per-round ratios)", ">=", 3.0,
                 {f"{pyn} threads / 1 @ {fmt_size(pyth.get('bytes', 4096))}":
-                 _median_ratio(py_rounds.get(pyn), py_rounds.get("1"))},
+                 median_ratio(py_rounds.get(pyn), py_rounds.get("1"))},
                 why=f"Python threads: {pyth['error']}" if "error" in pyth else None),
         _target(d, 11, "History: recording adds <= 100 ns to an uncached pair (C++, pinned, "
                 "median of per-round differences against recording off)", "<=", 100.0,
@@ -353,19 +339,19 @@ def _section12(d: _Doc) -> list:
     return [
         _target(d, 12, "Managed placement: host-written data, faults / asyncmr.prefetch before "
                 "the kernel >= 4 (median of per-round ratios)", ">=", 4.0,
-                {"a": _median_ratio(rounds("host_written", "faults"),
+                {"a": median_ratio(rounds("host_written", "faults"),
                                     rounds("host_written", "asyncmr.prefetch"))}),
         _target(d, 12, "Managed placement: reused host-touched pool memory, no prefetch / "
                 "prefetch='device' >= 10 (median of per-round ratios)", ">=", 10.0,
-                {"b": _median_ratio(rounds("reused", "AsyncManagedMR()"),
+                {"b": median_ratio(rounds("reused", "AsyncManagedMR()"),
                                     rounds("reused", "AsyncManagedMR(prefetch='device')"))}),
         _target(d, 12, "Managed placement: prefetch='device' within 1.1x of RMM's "
                 "PrefetchResourceAdaptor stack (median of per-round ratios)", "<=", 1.1,
-                {"b": _median_ratio(rounds("reused", "AsyncManagedMR(prefetch='device')"),
+                {"b": median_ratio(rounds("reused", "AsyncManagedMR(prefetch='device')"),
                                     rounds("reused", "rmm PrefetchResourceAdaptor stack"))}),
         _target(d, 12, "Managed placement: asyncmr.prefetch of many ranges within 1.1x of the "
                 "faster of a loop and the batched call (median of per-round ratios)", "<=", 1.1,
-                {"c": _median_ratio(rounds("small_ranges", "asyncmr.prefetch"), fastest)}),
+                {"c": median_ratio(rounds("small_ranges", "asyncmr.prefetch"), fastest)}),
     ]
 
 
@@ -394,18 +380,18 @@ def _section13(d: _Doc) -> list:
         _target(d, 13, "Managed stacks: the cudf.pandas workload through asyncmr's door <= "
                 "0.85x the warm time of cudf.pandas's managed_pool mode (median of per-round "
                 "ratios)", "<=", 0.85,
-                {"warm": _median_ratio(pandas_rounds(door, "rounds_warm_s"),
+                {"warm": median_ratio(pandas_rounds(door, "rounds_warm_s"),
                                        pandas_rounds(pool, "rounds_warm_s"))},
                 why=f"a. {part_a}" if part_a else None),
         _target(d, 13, "Managed stacks: the cudf.pandas workload's first run through asyncmr's "
                 "door <= 1.0x managed_pool's (median of per-round ratios)", "<=", 1.0,
-                {"first": _median_ratio(pandas_rounds(door, "rounds_first_s"),
+                {"first": median_ratio(pandas_rounds(door, "rounds_first_s"),
                                         pandas_rounds(pool, "rounds_first_s"))},
                 why=f"a. {part_a}" if part_a else None),
         _target(d, 13, "Managed stacks: each cuML fit on AsyncManagedMR() <= 0.9x its time on "
                 "PoolMemoryResource(ManagedMemoryResource()) (median of per-round ratios)",
                 "<=", 0.9,
-                {e: _median_ratio(fit_rounds("AsyncManagedMR()", e), fit_rounds(ml_pool, e))
+                {e: median_ratio(fit_rounds("AsyncManagedMR()", e), fit_rounds(ml_pool, e))
                  for e in estimators},
                 why=f"b. {part_b}" if part_b else None),
     ]

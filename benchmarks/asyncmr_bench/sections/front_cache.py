@@ -34,17 +34,12 @@ import gc
 from .. import floor
 from ..common import (
     ADR_CACHED, APR_CACHED, APR_NEW, CUPY_PINNED, FRONT_CACHE_BYTES, KiB, SECTION_TITLES,
-    TORCH_CACHING, cell, err_text, floor_of, fmt_ratio, fmt_size, percentile, print_table,
+    TORCH_CACHING, cell, err_text, floor_of, fmt_ratio, fmt_size, median_difference, median_ratio,
+    percentile, print_table,
 )
 from ..harness import thread_round, time_pairs
 
 SIZES = (4 * KiB, 64 * KiB)
-
-
-def per_round_ratios(num: list, den: list) -> list:
-    """num[i] / den[i] for the rounds both have (the contenders of a round ran side by side)."""
-    return [a / b for a, b in zip(num, den)
-            if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b]
 
 
 def _torch():
@@ -201,8 +196,7 @@ def show(res: dict) -> None:
                      (ADR_CACHED, TORCH_CACHING)):
         vals = []
         for s in sizes:
-            r = per_round_ratios(rounds(num, s), rounds(den, s))
-            vals.append(fmt_ratio(percentile(r, 0.5) if r else None))
+            vals.append(fmt_ratio(median_ratio(rounds(num, s), rounds(den, s))))
         ratio_rows.append([f"{num} / {den}"] + vals)
     print_table("  ratios (median of per-round ratios)", ["ratio"] + [fmt_size(s) for s in sizes],
                 ratio_rows)
@@ -282,9 +276,8 @@ def show(res: dict) -> None:
         floor = sum(e.get("median_ns", 0) * recorded[name] for name, e in rec_calls.items())
         rn = first.get("rounds_ns") or {}
         for way in ("uncached", "cached"):
-            diffs = [a - b for a, b in zip(rn.get(f"{way}_recording") or [], rn.get(way) or [])]
-            if diffs:
-                added = percentile(diffs, 0.5)  # as the history targets take it
+            added = median_difference(rn.get(f"{way}_recording") or [], rn.get(way) or [])
+            if added is not None:  # as the history targets take it
                 print(f"  recording adds {added:.1f} ns to a pinned {fmt_size(sizes[0])} {way} "
                       f"pair (median of per-round differences); the clock reads and ring writes "
                       f"alone are {floor:.1f} ns of it")

@@ -32,7 +32,8 @@ import sys
 import tempfile
 
 from ..common import (
-    SECTION_TITLES, err_text, percentile, print_ratio_values, print_table, summarize,
+    SECTION_TITLES, err_text, median_ratio, percentile, print_ratio_values, print_table,
+    summarize,
 )
 from ..harness import Skip
 
@@ -319,13 +320,8 @@ def run(cfg, ctx) -> dict:
     return out
 
 
-def _ratio_rows(results: dict, num: str, den: str, key: str) -> float | None:
-    a = (results.get(num) or {}).get(key)
-    b = (results.get(den) or {}).get(key)
-    if not isinstance(a, list) or not isinstance(b, list):
-        return None
-    r = [x / y for x, y in zip(a, b) if y]
-    return percentile(r, 0.5) if r else None
+def _rounds(results: dict, way: str, key: str):
+    return (results.get(way) or {}).get(key)
 
 
 def show(res: dict) -> None:
@@ -347,8 +343,10 @@ def show(res: dict) -> None:
         r = pd_["results"]
         pool = mode_name("managed_pool")
         print_ratio_values({  # medians of per-round ratios
-            f"{DOOR} / {pool}, warm": _ratio_rows(r, DOOR, pool, "rounds_warm_s"),
-            f"{DOOR} / {pool}, first run": _ratio_rows(r, DOOR, pool, "rounds_first_s")})
+            f"{DOOR} / {pool}, warm": median_ratio(_rounds(r, DOOR, "rounds_warm_s"),
+                                                   _rounds(r, pool, "rounds_warm_s")),
+            f"{DOOR} / {pool}, first run": median_ratio(_rounds(r, DOOR, "rounds_first_s"),
+                                                        _rounds(r, pool, "rounds_first_s"))})
     else:
         print(f"  a. cudf.pandas: {pd_.get('skipped') or pd_.get('error')}")
     ml = res.get("cuml") or {}
@@ -366,7 +364,7 @@ def show(res: dict) -> None:
         pool = (ml["results"].get(ML_POOL) or {}).get("fits") or {}
         print_ratio_values({  # medians of per-round ratios
             f"{est}: AsyncManagedMR() / {ML_POOL}":
-                _ratio_rows({"a": ours.get(est) or {}, "b": pool.get(est) or {}}, "a", "b",
-                            "rounds_s") for est in ESTIMATORS})
+                median_ratio(_rounds(ours, est, "rounds_s"), _rounds(pool, est, "rounds_s"))
+            for est in ESTIMATORS})
     else:
         print(f"  b. cuML: {ml.get('skipped') or ml.get('error')}")
