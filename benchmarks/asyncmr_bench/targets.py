@@ -358,13 +358,14 @@ def _section12(d: _Doc) -> list:
 def _section13(d: _Doc) -> list:
     s = d.sec(13)
     door, pool = "python -m asyncmr cudf-pandas", "cudf.pandas managed_pool"
-    pd_ = (s.get("cudf_pandas") or {}).get("results") or {}
+    part_a, part_b = s.get("cudf_pandas") or {}, s.get("cuml") or {}
+    pd_ = part_a.get("results") or {}
 
     def pandas_rounds(way, key):
         e = pd_.get(way)
         return e.get(key) if isinstance(e, dict) and "error" not in e else None
 
-    ml = (s.get("cuml") or {}).get("results") or {}
+    ml = part_b.get("results") or {}
 
     def fit_rounds(way, estimator):
         e = ml.get(way)
@@ -374,26 +375,26 @@ def _section13(d: _Doc) -> list:
 
     estimators = ("KMeans", "LogisticRegression", "RandomForestClassifier", "Ridge")
     ml_pool = "rmm PoolMemoryResource(ManagedMemoryResource())"
-    part_a = (s.get("cudf_pandas") or {}).get("skipped") or (s.get("cudf_pandas") or {}).get("error")
-    part_b = (s.get("cuml") or {}).get("skipped") or (s.get("cuml") or {}).get("error")
+    why_a = part_a.get("skipped") or part_a.get("error")
+    why_b = part_b.get("skipped") or part_b.get("error")
     return [
         _target(d, 13, "Managed stacks: the cudf.pandas workload through asyncmr's door <= "
                 "0.85x the warm time of cudf.pandas's managed_pool mode (median of per-round "
                 "ratios)", "<=", 0.85,
                 {"warm": median_ratio(pandas_rounds(door, "rounds_warm_s"),
                                        pandas_rounds(pool, "rounds_warm_s"))},
-                why=f"a. {part_a}" if part_a else None),
+                why=f"a. {why_a}" if why_a else None),
         _target(d, 13, "Managed stacks: the cudf.pandas workload's first run through asyncmr's "
                 "door <= 1.0x managed_pool's (median of per-round ratios)", "<=", 1.0,
                 {"first": median_ratio(pandas_rounds(door, "rounds_first_s"),
                                         pandas_rounds(pool, "rounds_first_s"))},
-                why=f"a. {part_a}" if part_a else None),
+                why=f"a. {why_a}" if why_a else None),
         _target(d, 13, "Managed stacks: each cuML fit on AsyncManagedMR() <= 0.9x its time on "
                 "PoolMemoryResource(ManagedMemoryResource()) (median of per-round ratios)",
                 "<=", 0.9,
                 {e: median_ratio(fit_rounds("AsyncManagedMR()", e), fit_rounds(ml_pool, e))
                  for e in estimators},
-                why=f"b. {part_b}" if part_b else None),
+                why=f"b. {why_b}" if why_b else None),
     ]
 
 
