@@ -16,8 +16,9 @@
 #             (demo-history.pickle, demo-timeline.png: the README's timeline picture)
 #   bench     the benchmark into OUTDIR/bench (quick unless BENCH_ARGS is set; needs cpp)
 #   memcheck  compute-sanitizer memcheck over the Python suite (MEMCHECK_SHARD=K/N: the K-th of N
-#             shares of its test files, for hosts that limit one command's time: on the H200 the second
-#             of 2 shares ran past 10 minutes, in the shadow model at 300 operations a thread)
+#             shares of its test files, for hosts that limit one command's time: on the H200 the
+#             second of 2 shares ran past 10 minutes, in the shadow model at 300 operations a
+#             thread)
 #   tsan      the C++ suite built with ThreadSanitizer (-DASYNCMR_SANITIZE=thread) and run
 #   sanitizer memcheck and tsan
 #   cu12      asyncmr-cu12 built from source into its own site (/tmp/site12, never mixed with
@@ -52,9 +53,9 @@
 #   compare   the pair costs (benchmark section 1, quick; COMPARE_SECTIONS=1,11 adds the front
 #             cache's) of the code before (the build the before stage made) and of this build,
 #             measured by this tree's harness in one run, alternating before/after
-#             COMPARE_ROUNDS times (default 2; each run's results in OUTDIR/compare-runs/);
-#             benchmarks/compare_builds.py prints them side by side as ratios, raw and against
-#             RMM's CudaAsyncMemoryResource in the same run, into the log and OUTDIR/compare.json
+#             COMPARE_ROUNDS times (default 2); benchmarks/compare_builds.py prints them side by
+#             side as ratios, raw and against RMM's CudaAsyncMemoryResource in the same run, into
+#             the log and OUTDIR/compare.json (which holds every run's value of every cell)
 #             (needs before and build)
 #
 # Needs, in the repository:
@@ -450,14 +451,12 @@ if has compare; then
     runs_before=() runs_after=()
     rounds=${COMPARE_ROUNDS:-2}
     [[ $rounds =~ ^[1-9][0-9]?$ ]] || { fail compare "COMPARE_ROUNDS must be 1-99, got '$rounds'"; rounds=0; }
-    mkdir -p "$out/compare-runs"
     for i in $(seq 1 "$rounds"); do
       for side in before after; do
         where=$site
         [ "$side" = before ] && where=/tmp/site-before:$site
         run "compare-$side-$i" env PYTHONPATH="$repo/benchmarks:$where" python3 -m asyncmr_bench \
           --quick --sections "${COMPARE_SECTIONS:-1}" --no-floor --out "/tmp/compare-$side-$i"
-        cp "/tmp/compare-$side-$i/results.json" "$out/compare-runs/$side-$i.json" 2>/dev/null
         if [ "$side" = before ]; then runs_before+=("/tmp/compare-$side-$i/results.json")
         else runs_after+=("/tmp/compare-$side-$i/results.json"); fi
       done
