@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from os import PathLike
 from typing import Any
 
+from asyncmr._attributes import check_phase_name
+
 STACK_MODES = ("none", "python")
 MAX_EVENTS = 1 << 26  # the C++ ring's limit (history_ring::max_capacity)
 _FRAMES = 32  # the innermost frames kept per allocation
@@ -86,8 +88,6 @@ class HistoryRecorder:
             self._close_phase(entry)
 
     def _open_phase(self, name: object) -> dict[str, Any]:
-        from asyncmr._attributes import check_phase_name
-
         entry: dict[str, Any] = {"name": check_phase_name(name), "start_ns": time.monotonic_ns(),
                                  "end_ns": None}
         self._phases.append(entry)

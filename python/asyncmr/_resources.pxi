@@ -294,8 +294,8 @@ cdef class _PoolResource(DeviceMemoryResource):
     def track_peak(self, name=None):
         """``with mr.track_peak() as peak:``; then ``peak.used`` / ``peak.reserved`` (bytes).
 
-        ``name`` names the phase; while this resource records its history (``record_history``),
-        a named phase is a phase of that recording too, with its peaks: shaded in ``plot``.
+        ``name`` names the phase; a named tracker made while this resource records its history
+        (``record_history``) is a phase of that recording too, with its peaks: shaded in ``plot``.
         A shared pool's peak counts every user of that pool in the process.
         """
         from asyncmr._attributes import PeakTracker
