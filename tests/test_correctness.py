@@ -4,6 +4,7 @@ growth, pool lifetimes without the cyclic collector, adopting foreign pools, clo
 allocate(), refused frees, CUDA 13.2 attributes a driver refuses, and MemPool hashing."""
 
 import gc
+import subprocess
 import threading
 import time
 import weakref
@@ -253,7 +254,7 @@ def test_close_with_a_free_still_queued_leaves_its_stream_finishing(gpu, kind):
     require_module("cupy")
     try:
         proc = run_python(CLOSE_CHILD, kind, timeout=60)
-    except Exception as e:  # subprocess.TimeoutExpired: the stream never finished
+    except subprocess.TimeoutExpired as e:  # the stream never finished
         pytest.fail(f"{kind}: the stream with the queued free never finished after close(): {e}")
     assert proc.returncode == 0 and "OK" in proc.stdout, describe(proc)
 
