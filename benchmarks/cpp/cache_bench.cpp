@@ -77,6 +77,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -302,8 +303,10 @@ void event_record_calls(cudaStream_t stream, long calls)
   check(cudaEventDestroy(event), "cudaEventDestroy");
 }
 
+/// One call timed alone: its name in the JSON and its ns per call, round by round.
 struct call_rounds {
-  std::vector<double> is_capturing, get_id, event_record, take_put, clock_read, ring_record, tsc_read;
+  char const* name;
+  std::vector<double> ns;
 };
 
 // What the kernel reads the steady clock from (tsc, kvm-clock, ...): a stamp's cost depends
@@ -352,7 +355,9 @@ double ring_round(long calls, int pairs)
 #if defined(__x86_64__)
 // A raw time-stamp-counter read: what a stamp would cost were events stamped in ticks and
 // converted to nanoseconds when the history is read (not what the recorder does; measured to
-// decide whether it should).
+// decide whether it should, and listed in "recording_candidates").
+constexpr char const* tsc_candidate = "tsc read (a candidate stamp)";
+
 double tsc_round(long calls)
 {
   auto const t0     = clock_type::now();
@@ -364,7 +369,7 @@ double tsc_round(long calls)
 }
 #endif
 
-call_rounds measure_calls(cudaStream_t stream, params const& p)
+std::vector<call_rounds> measure_calls(cudaStream_t stream, params const& p)
 {
   int const n = std::max(p.pairs * 4, 1000);
   auto is_capturing = [stream](int calls) { is_capturing_calls(stream, calls); };
@@ -390,32 +395,36 @@ call_rounds measure_calls(cudaStream_t stream, params const& p)
   get_id(p.warmup);
   event_record(p.warmup);
   take_put(p.warmup);
-  call_rounds out;
-  auto timed = [n](auto& loop, std::vector<double>& into) {
-    return [n, &loop, &into] {
+  auto timed = [n](auto& loop) {
+    return [n, &loop] {
       auto const t0 = clock_type::now();
       loop(n);
-      into.push_back(since_ns(t0) / n);
+      return since_ns(t0) / n;
     };
   };
   // A recording round makes two events a pair: as many here as in one of those rounds.
   long const events = 2L * p.pairs;
   clock_round(p.warmup);
   ring_round(p.warmup, p.warmup);
-  std::vector<std::function<void()>> ways = {
-    timed(is_capturing, out.is_capturing),
-    timed(get_id, out.get_id),
-    timed(event_record, out.event_record),
-    timed(take_put, out.take_put),
-    [&] { out.clock_read.push_back(clock_round(events)); },
-    [&] { out.ring_record.push_back(ring_round(events, p.pairs)); }};
+  std::vector<std::pair<char const*, std::function<double()>>> ways = {
+    {"cuStreamIsCapturing", timed(is_capturing)},
+    {"cuStreamGetId", timed(get_id)},
+    {"cuEventRecord", timed(event_record)},
+    {"front_cache take+put", timed(take_put)},
+    {"history clock read", [&] { return clock_round(events); }},
+    {"history ring record", [&] { return ring_round(events, p.pairs); }}};
 #if defined(__x86_64__)
   tsc_round(p.warmup);
-  ways.emplace_back([&] { out.tsc_read.push_back(tsc_round(events)); });
+  ways.emplace_back(tsc_candidate, [&] { return tsc_round(events); });
 #endif
-  int const way_count = static_cast<int>(ways.size());
+  std::vector<call_rounds> out;
+  for (auto const& way : ways) { out.push_back({way.first, {}}); }
+  std::size_t const way_count = ways.size();
   for (int r = 0; r < p.rounds; ++r) {
-    for (int i = 0; i < way_count; ++i) { ways[(r + i) % way_count](); }
+    for (std::size_t i = 0; i < way_count; ++i) {
+      std::size_t const k = (static_cast<std::size_t>(r) + i) % way_count;
+      out[k].ns.push_back(ways[k].second());
+    }
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // the recorded events
   }
   cache.detach_all();  // a fake block: parked, never freed
@@ -701,19 +710,10 @@ int main(int argc, char** argv)
   // b. the calls of the hit path, alone
   os << ",\"calls\":{";
   try {
-    auto const c = measure_calls(stream, p);
-    char const* names[6]                 = {"cuStreamIsCapturing", "cuStreamGetId",
-                                            "cuEventRecord",       "front_cache take+put",
-                                            "history clock read",  "history ring record"};
-    std::vector<double> const* rounds[6] = {&c.is_capturing, &c.get_id,     &c.event_record,
-                                            &c.take_put,     &c.clock_read, &c.ring_record};
-    for (int i = 0; i < 6; ++i) {
-      os << (i ? "," : "") << "\"" << names[i] << "\":";
-      write_summary(os, *rounds[i], "_ns", true);
-    }
-    if (!c.tsc_read.empty()) {
-      os << ",\"tsc read (a candidate stamp)\":";
-      write_summary(os, c.tsc_read, "_ns", true);
+    auto const calls = measure_calls(stream, p);
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      os << (i ? "," : "") << "\"" << calls[i].name << "\":";
+      write_summary(os, calls[i].ns, "_ns", true);
     }
   } catch (std::exception const& e) {
     errors["calls"] = e.what();
@@ -724,7 +724,7 @@ int main(int argc, char** argv)
   // Measured beside the recording's own calls, made by none of them: a cheaper stamp's cost.
   os << ",\"recording_candidates\":[";
 #if defined(__x86_64__)
-  os << "\"tsc read (a candidate stamp)\"";
+  os << "\"" << tsc_candidate << "\"";
 #endif
   os << "]";
 
