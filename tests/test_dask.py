@@ -222,7 +222,7 @@ def test_a_clusters_histories_are_gathered_into_one_file(cuda_cluster, tmp_path)
     with pytest.raises(ValueError, match="max_events"):
         amd.record_history(client, max_events=0)
     with amd.record_history(client, max_events=4096) as h:
-        run_and_check(client, 1)
+        workload(client)  # on the recorded resource (run_and_check registers another plugin)
         with pytest.raises(RuntimeError, match="already"):
             with amd.record_history(client):
                 pass
