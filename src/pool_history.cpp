@@ -14,6 +14,19 @@
 
 namespace asyncmr::detail {
 
+namespace {
+
+// A ring's events with their stamps in steady_clock nanoseconds.
+std::vector<history_event> events_in_ns(history_ring const& ring)
+{
+  std::vector<history_event> events = ring.events();
+  history_stamp_converter const to_ns;
+  for (history_event& e : events) { e.time_ns = to_ns(e.time_ns); }
+  return events;
+}
+
+}  // namespace
+
 void pool_resource_base::start_history(std::size_t max_events)
 {
   auto ring = std::make_unique<history_ring>(max_events);  // checks max_events
@@ -34,7 +47,9 @@ void pool_resource_base::start_history(std::size_t max_events)
                               std::memory_order_relaxed);
   } catch (...) {  // NOLINT(bugprone-empty-catch)
   }
-  history_->last_read_ns.store(history_now_ns(), std::memory_order_relaxed);
+  // The stamp's kind is decided (reading the kernel's clocksource) here, not at the first event.
+  history_->read_period.store(history_stamps_in(history_pool_read_ns), std::memory_order_relaxed);
+  history_->last_read.store(history_stamp(), std::memory_order_relaxed);
   history_->rings.push_back(std::move(ring));
   history_->active.store(history_->rings.back().get(), std::memory_order_release);
 }
@@ -47,7 +62,7 @@ std::vector<history_event> pool_resource_base::stop_history(std::uint64_t& dropp
     throw std::logic_error{"asyncmr: no history is being recorded on this resource"};
   }
   dropped = ring->dropped();
-  return ring->events();  // a writer that loaded the ring before the exchange may still add one
+  return events_in_ns(*ring);  // a writer that loaded the ring before the exchange may add one
 }
 
 std::vector<history_event> pool_resource_base::read_history(std::uint64_t& dropped) const
@@ -58,7 +73,7 @@ std::vector<history_event> pool_resource_base::read_history(std::uint64_t& dropp
     throw std::logic_error{"asyncmr: no history is being recorded on this resource"};
   }
   dropped = ring->dropped();
-  return ring->events();
+  return events_in_ns(*ring);
 }
 
 bool pool_resource_base::recording_history() const noexcept
@@ -80,7 +95,7 @@ void pool_resource_base::note(history_ring& ring,
                               bool read_pool) noexcept
 {
   history_state& h      = *history_;
-  std::uint64_t const now = history_now_ns();
+  std::uint64_t const now = history_stamp();
   history_event e{};
   e.address = reinterpret_cast<std::uintptr_t>(ptr);
   e.bytes   = bytes;
@@ -102,11 +117,11 @@ void pool_resource_base::note(history_ring& ring,
     e.used = h.last_used.load(std::memory_order_relaxed);
   }
   if (read_pool) {
-    h.last_read_ns.store(now, std::memory_order_relaxed);
-  } else if (std::uint64_t read_at = h.last_read_ns.load(std::memory_order_relaxed);
-             now - read_at >= history_pool_read_ns) {
+    h.last_read.store(now, std::memory_order_relaxed);
+  } else if (std::uint64_t read_at = h.last_read.load(std::memory_order_relaxed);
+             now - read_at >= h.read_period.load(std::memory_order_relaxed)) {
     // One thread reads for all of them.
-    read_pool = h.last_read_ns.compare_exchange_strong(read_at, now, std::memory_order_relaxed);
+    read_pool = h.last_read.compare_exchange_strong(read_at, now, std::memory_order_relaxed);
   }
   if (read_pool) {
     // Relaxed capture mode inside get_attribute: safe while any stream captures.

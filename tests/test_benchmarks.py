@@ -506,18 +506,18 @@ def _front_cache_doc(cached_us, cupy_us, hit_ns, one_rate, many_rate, cpp=None,
                   for s in sizes}
         cpp = {
             "meta": {"gpu": "NVIDIA H200", "optimized": True, "hardware_concurrency": 16,
-                     "clocksource": "tsc"},
+                     "clocksource": "tsc", "history_stamp": "tsc"},
             "params": {"rounds": len(hit_ns), "pairs": 100, "sizes": sizes},
             "pairs": {"pinned": pinned},
             "cache": {"pinned": {"cap": 64 * MiB, "hits": 1000, "misses": 2}},
             "calls": {"cuStreamIsCapturing": ns([20.0]), "cuStreamGetId": ns([15.0]),
                       "cuEventRecord": ns([10.0]), "front_cache take+put": ns([30.0]),
                       "history clock read": ns([17.0]), "history ring record": ns([13.0]),
-                      "tsc read (a candidate stamp)": ns([7.0])},
+                      "steady_clock read (the other stamp)": ns([27.0])},
             "calls_per_hit_pair": {"cuStreamIsCapturing": 2, "cuStreamGetId": 2,
                                    "cuEventRecord": 1, "front_cache take+put": 1},
             "calls_per_recorded_pair": {"history clock read": 2, "history ring record": 2},
-            "recording_candidates": ["tsc read (a candidate stamp)"],
+            "recording_candidates": ["steady_clock read (the other stamp)"],
             "threads": {"kind": "pinned", "bytes": 4096, "threads": 8, "results": {"cached": {
                 "per_thread": 1000,
                 "1": _summary(one_rate, "pairs_per_s"), "8": _summary(many_rate, "pairs_per_s"),
@@ -572,8 +572,9 @@ def test_front_cache_targets_met_from_raw_rounds(capsys):
     # The recording's own calls are in their table, not counted in the hit pair's.
     assert "recording adds 40.0 ns to a pinned 4 KiB cached pair" in printed
     assert "ring writes alone are 60.0 ns of it" in printed  # 2*17 + 2*13
-    assert "clocksource tsc" in printed
-    assert re.search(r"^tsc read \(a candidate stamp\) +7\.0.* not made$", printed, re.M), printed
+    assert "clocksource tsc, stamped with tsc" in printed
+    assert re.search(r"^steady_clock read \(the other stamp\) +27\.0.* not made$", printed,
+                     re.M), printed
     assert "cuStreamGetId (calls alone)" in printed
 
 

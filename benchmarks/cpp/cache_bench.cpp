@@ -22,10 +22,11 @@
  *     the driver's cuStreamIsCapturing and cuStreamGetId (each made once per allocate and once
  *     per deallocate), cuEventRecord (the marker a put records) and the bare cache's take+put
  *     on the CPU (no CUDA); and what each event of a recording is made of (no CUDA): the
- *     steady-clock read that stamps it and history_ring::record into a ring as large as a
- *     recording round's ("calls_per_recorded_pair": twice each, an allocation and a free);
- *     on x86-64 also a raw __rdtsc (listed in "recording_candidates": a stamp the recorder does
- *     not make, measured to decide whether it should); "meta" names the kernel's clocksource.
+ *     stamp (history_stamp: the time-stamp counter where the kernel's clocksource is the TSC,
+ *     else steady_clock) and history_ring::record into a ring as large as a recording round's
+ *     ("calls_per_recorded_pair": twice each, an allocation and a free); beside them the stamp
+ *     the recorder does not make on this machine (listed in "recording_candidates"); "meta"
+ *     names the kernel's clocksource and the stamp made ("history_stamp").
  *   - "resources": what each kind measured.
  *   - "threads": T threads (8), each on its own stream, released together, hit pairs of one size
  *     on ONE cached pinned resource; the same loop on 1 thread in the same round; aggregate
@@ -326,14 +327,20 @@ std::string clocksource()
 // What a recorded event costs besides the resource's own bookkeeping: the clock that stamps it,
 // and the ring write. Each round records into a fresh ring as large as recording_round's, as
 // the recording rounds do (so the ring's memory is as cold here as there).
-double clock_round(long calls)
+template <typename Stamp>
+double stamp_round(long calls, Stamp stamp)
 {
   auto const t0     = clock_type::now();
   std::uint64_t acc = 0;
-  for (long i = 0; i < calls; ++i) { acc += asyncmr::detail::history_now_ns(); }
+  for (long i = 0; i < calls; ++i) { acc += stamp(); }
   double const ns = since_ns(t0) / static_cast<double>(calls);
   sink.store(acc, std::memory_order_relaxed);
   return ns;
+}
+
+double clock_round(long calls)
+{
+  return stamp_round(calls, [] { return asyncmr::detail::history_stamp(); });
 }
 
 double ring_round(long calls, int pairs)
@@ -352,22 +359,29 @@ double ring_round(long calls, int pairs)
   return ns;
 }
 
-#if defined(__x86_64__)
-// A raw time-stamp-counter read: what a stamp would cost were events stamped in ticks and
-// converted to nanoseconds when the history is read (not what the recorder does; measured to
-// decide whether it should, and listed in "recording_candidates").
-constexpr char const* tsc_candidate = "tsc read (a candidate stamp)";
-
-double tsc_round(long calls)
+// The stamp the recorder does not make here, listed in "recording_candidates": steady_clock where
+// events are stamped in ticks, a raw time-stamp-counter read (x86-64) where they are not.
+char const* stamp_candidate()
 {
-  auto const t0     = clock_type::now();
-  std::uint64_t acc = 0;
-  for (long i = 0; i < calls; ++i) { acc += __rdtsc(); }
-  double const ns = since_ns(t0) / static_cast<double>(calls);
-  sink.store(acc, std::memory_order_relaxed);
-  return ns;
-}
+  if (asyncmr::detail::history_stamps_are_ticks()) { return "steady_clock read (the other stamp)"; }
+#if defined(__x86_64__)
+  return "tsc read (the other stamp)";
+#else
+  return nullptr;
 #endif
+}
+
+double candidate_round(long calls)
+{
+  if (asyncmr::detail::history_stamps_are_ticks()) {
+    return stamp_round(calls, [] { return asyncmr::detail::history_now_ns(); });
+  }
+#if defined(__x86_64__)
+  return stamp_round(calls, [] { return static_cast<std::uint64_t>(__rdtsc()); });
+#else
+  return 0;
+#endif
+}
 
 std::vector<call_rounds> measure_calls(cudaStream_t stream, params const& p)
 {
@@ -413,10 +427,10 @@ std::vector<call_rounds> measure_calls(cudaStream_t stream, params const& p)
     {"front_cache take+put", timed(take_put)},
     {"history clock read", [&] { return clock_round(events); }},
     {"history ring record", [&] { return ring_round(events, p.pairs); }}};
-#if defined(__x86_64__)
-  tsc_round(p.warmup);
-  ways.emplace_back(tsc_candidate, [&] { return tsc_round(events); });
-#endif
+  if (char const* const candidate = stamp_candidate()) {
+    candidate_round(p.warmup);
+    ways.emplace_back(candidate, [&] { return candidate_round(events); });
+  }
   std::vector<call_rounds> out;
   for (auto const& way : ways) { out.push_back({way.first, {}}); }
   std::size_t const way_count = ways.size();
@@ -721,11 +735,9 @@ int main(int argc, char** argv)
   os << "},\"calls_per_hit_pair\":{\"cuStreamIsCapturing\":2,\"cuStreamGetId\":2,"
         "\"cuEventRecord\":1,\"front_cache take+put\":1}"
         ",\"calls_per_recorded_pair\":{\"history clock read\":2,\"history ring record\":2}";
-  // Measured beside the recording's own calls, made by none of them: a cheaper stamp's cost.
+  // Measured beside the recording's own calls, made by none of them: the other stamp's cost.
   os << ",\"recording_candidates\":[";
-#if defined(__x86_64__)
-  os << "\"" << tsc_candidate << "\"";
-#endif
+  if (char const* const candidate = stamp_candidate()) { os << "\"" << candidate << "\""; }
   os << "]";
 
   // c. threads: hit pairs on the pinned kind, and the two CUDA calls of a hit, alone
@@ -793,6 +805,8 @@ int main(int argc, char** argv)
       << ",\"runtime\":" << versions.runtime << ",\"variant\":\"cu" << versions.runtime / 1000
       << "\",\"hardware_concurrency\":" << cores << ",\"clock\":\"steady_clock\""
       << ",\"clocksource\":\"" << json_escape(clocksource()) << "\""
+      << ",\"history_stamp\":\""
+      << (asyncmr::detail::history_stamps_are_ticks() ? "tsc" : "steady_clock") << "\""
       << ",\"optimized\":" << (asyncmr_bench::built_optimized ? "true" : "false") << "}";
   doc << ",\"params\":{\"pairs\":" << p.pairs << ",\"rounds\":" << p.rounds
       << ",\"warmup\":" << p.warmup << ",\"cache_bytes\":" << p.cache << ",\"sizes\":[";

@@ -27,7 +27,8 @@ struct history_state {
   std::atomic<std::uint64_t> last_reserved{0};
   // The pool's used bytes as last read, moved since by each allocation's and free's bytes.
   std::atomic<std::uint64_t> last_used{0};
-  std::atomic<std::uint64_t> last_read_ns{0};  // history_now_ns() of the last read of the pool
+  std::atomic<std::uint64_t> last_read{0};    // history_stamp() of the last read of the pool
+  std::atomic<std::uint64_t> read_period{0};  // history_pool_read_ns in stamps
   std::mutex lock;  // start and stop
   std::vector<std::unique_ptr<history_ring>> rings;
 };

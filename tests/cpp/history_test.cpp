@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <stdexcept>
 #include <thread>
@@ -54,6 +55,55 @@ TEST(HistoryRing, AFullRingDropsTheOldestAndCountsThem)
   EXPECT_EQ(events.back().time_ns, 19U);
   EXPECT_EQ(ring.dropped(), 12U);
   EXPECT_EQ(ring.recorded(), 20U);
+}
+
+TEST(HistoryRing, EveryFieldAndActionComesBackWhole)
+{
+  history_ring ring{8};
+  std::uint64_t const big = (std::uint64_t{1} << 56) - 1;  // the largest cache charge kept
+  ring.record({1, 2, 3, 4, 5, 6, big, history_action::oom});
+  ring.record({~std::uint64_t{0}, ~std::uint64_t{0}, ~std::uint64_t{0}, ~std::uint64_t{0},
+               ~std::uint64_t{0}, ~std::uint64_t{0}, 0, history_action::trim});
+  auto const events = ring.events();
+  ASSERT_EQ(events.size(), 2U);
+  EXPECT_EQ(events[0].time_ns, 1U);
+  EXPECT_EQ(events[0].address, 2U);
+  EXPECT_EQ(events[0].bytes, 3U);
+  EXPECT_EQ(events[0].stream, 4U);
+  EXPECT_EQ(events[0].reserved, 5U);
+  EXPECT_EQ(events[0].used, 6U);
+  EXPECT_EQ(events[0].cached, big);
+  EXPECT_EQ(events[0].action, history_action::oom);
+  EXPECT_EQ(events[1].time_ns, ~std::uint64_t{0});
+  EXPECT_EQ(events[1].used, ~std::uint64_t{0});
+  EXPECT_EQ(events[1].cached, 0U);
+  EXPECT_EQ(events[1].action, history_action::trim);
+}
+
+// Stamps, whichever kind this machine makes, read back as steady_clock nanoseconds: in order,
+// between the clock readings around them, and as far apart as the clock says.
+TEST(HistoryStamp, ConvertsToTheSteadyClock)
+{
+  std::uint64_t const before = history_now_ns();
+  std::uint64_t const first  = history_stamp();
+  std::uint64_t const mid_ns = history_now_ns();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::uint64_t const second = history_stamp();
+  std::uint64_t const after  = history_now_ns();
+  history_stamp_converter const to_ns;
+  std::uint64_t const a = to_ns(first);
+  std::uint64_t const b = to_ns(second);
+  // The tick rate is measured over this process's life so far: allow 1% and 50 us of reading.
+  std::uint64_t const slack = (after - before) / 100 + 50'000;
+  EXPECT_GE(a + slack, before);
+  EXPECT_LE(a, mid_ns + slack);
+  EXPECT_GE(b + slack, mid_ns + 20'000'000);
+  EXPECT_LE(b, after + slack);
+  EXPECT_LT(a, b);
+  EXPECT_LE(to_ns(first), to_ns(first + 1)) << "monotonic";
+  if (!history_stamps_are_ticks()) { EXPECT_EQ(a, first) << "steady_clock stamps are already ns"; }
+  EXPECT_GE(history_stamps_in(100'000), 100'000U)
+    << "100 us span at least 100k stamps (nanoseconds, or ticks of a counter of >= 1 GHz)";
 }
 
 // Writers on several threads and a reader at the same time (ThreadSanitizer runs this too): the

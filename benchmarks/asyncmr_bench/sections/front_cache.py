@@ -268,8 +268,10 @@ def show(res: dict) -> None:
     rec_calls = {name: calls[name] for name in recorded if isinstance(calls.get(name), dict)}
     if rec_calls:
         clocksource = meta.get("clocksource") or "?"
+        stamp = meta.get("history_stamp") or "?"
         print_table(f"  what recording adds to a pair, per event (ns per call: median [p10-p90]; "
-                    f"clocksource {clocksource})", ["call", "ns", "per recorded pair"],
+                    f"clocksource {clocksource}, stamped with {stamp})",
+                    ["call", "ns", "per recorded pair"],
                     [[name, _ns(e), str(recorded[name])] for name, e in rec_calls.items()]
                     + [[name, _ns(calls[name]), "not made"] for name in candidates
                        if isinstance(calls.get(name), dict)])
@@ -279,7 +281,7 @@ def show(res: dict) -> None:
             added = median_difference(rn.get(f"{way}_recording") or [], rn.get(way) or [])
             if added is not None:  # as the history targets take it
                 print(f"  recording adds {added:.1f} ns to a pinned {fmt_size(sizes[0])} {way} "
-                      f"pair (median of per-round differences); the clock reads and ring writes "
+                      f"pair (median of per-round differences); the stamps and ring writes "
                       f"alone are {floor:.1f} ns of it")
     th = cpp.get("threads", {})
     n = str(th.get("threads", 8))
