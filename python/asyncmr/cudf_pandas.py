@@ -26,6 +26,7 @@ from asyncmr import AsyncManagedMR
 __all__ = ["install", "main"]
 
 _installed: AsyncManagedMR | None = None
+_installed_options: dict[str, Any] | None = None  # install()'s options (a resource takes no attributes)
 
 
 def install(*, pool: Any = "default", prefetch: Any = None, release_threshold: int | None = None,
@@ -35,11 +36,11 @@ def install(*, pool: Any = "default", prefetch: Any = None, release_threshold: i
     The keyword arguments are the resource's. Returns the resource. Calling it again returns
     the installed resource (a different configuration raises RuntimeError: cudf.pandas is set up
     once per process)."""
-    global _installed
+    global _installed, _installed_options
     wanted = {"pool": pool, "prefetch": prefetch, "release_threshold": release_threshold,
               "cache": cache, "libcudf_prefetch": libcudf_prefetch}
     if _installed is not None:
-        if getattr(_installed, "_asyncmr_door_options", None) != wanted:
+        if _installed_options != wanted:
             raise RuntimeError("asyncmr.cudf_pandas.install() ran already with other options; "
                                "cudf.pandas is set up once per process")
         return _installed
@@ -56,8 +57,7 @@ def install(*, pool: Any = "default", prefetch: Any = None, release_threshold: i
     if libcudf_prefetch:
         pylibcudf.prefetch.enable()
     cudf.pandas.install()
-    mr._asyncmr_door_options = wanted  # type: ignore[attr-defined]
-    _installed = mr
+    _installed, _installed_options = mr, wanted
     return mr
 
 
