@@ -18,7 +18,7 @@
 #   memcheck  compute-sanitizer memcheck over the Python suite (MEMCHECK_SHARD=K/N: the K-th of N
 #             shares of its test files, for hosts that limit one command's time: on the H200 the
 #             second of 2 shares ran past 10 minutes, in the shadow model at 300 operations a
-#             thread)
+#             thread, and past 7 at 60: it runs 20 there, its patterns over 16 KiB a block)
 #   tsan      the C++ suite built with ThreadSanitizer (-DASYNCMR_SANITIZE=thread) and run
 #   sanitizer memcheck and tsan
 #   cu12      asyncmr-cu12 built from source into its own site (/tmp/site12, never mixed with
@@ -287,7 +287,7 @@ if has memcheck; then
   # with its stack and the rest go on: one slow test must not spend the share.
   per_test=()
   python3 -c 'import pytest_timeout' 2>/dev/null && per_test=(--timeout "${MEMCHECK_TEST_TIMEOUT:-300}")
-  [ ${#picked[@]} -gt 0 ] && ASYNCMR_UNDER_SANITIZER=1 ASYNCMR_STRESS_OPS=300 ASYNCMR_MODEL_OPS=60 \
+  [ ${#picked[@]} -gt 0 ] && ASYNCMR_UNDER_SANITIZER=1 ASYNCMR_STRESS_OPS=300 ASYNCMR_MODEL_OPS=20 \
     ASYNCMR_CAPTURE_CYCLES=200 run memcheck compute-sanitizer \
     --tool memcheck --report-api-errors no --error-exitcode 9 --target-processes all \
     python3 -m pytest "${picked[@]}" -q -rs -p no:cacheprovider -m "not soak" "${per_test[@]}"
