@@ -27,6 +27,17 @@ def test_the_runner_without_a_target_prints_its_usage(capsys):
     assert door.main(["--help"]) == 0
 
 
+@pytest.mark.parametrize("args", [["--cache"], ["--cache", "-1", "s.py"], ["--cache", "1e6", "s.py"],
+                                  ["--cache", "64"]])
+def test_a_bad_cache_argument_is_refused_before_anything_is_set_up(args, capsys):
+    assert door.main(args) == 2
+    err = capsys.readouterr().err
+    assert "usage: python -m asyncmr cudf-pandas [--cache BYTES]" in err
+    if len(args) > 2:
+        assert f"--cache takes a number of bytes (0 or more), got {args[1]!r}" in err
+    assert door._installed is None  # nothing was installed
+
+
 @pytest.mark.skipif(HAVE_CUDF, reason="not applicable: cuDF is installed here")
 def test_without_cudf_the_door_says_what_to_install(capsys):
     with pytest.raises(ImportError, match="needs cuDF .*cudf-cu13"):

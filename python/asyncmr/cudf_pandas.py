@@ -9,6 +9,7 @@ or, as ``python -m cudf.pandas`` does for a script or a module::
 
     python -m asyncmr cudf-pandas script.py ARGS...
     python -m asyncmr cudf-pandas -m module ARGS...
+    python -m asyncmr cudf-pandas --cache BYTES script.py ARGS...   (a front cache, see README)
 
 cudf.pandas's default memory is RMM's pool adaptor over managed memory with libcudf's managed
 prefetching on; ``install`` puts an :class:`asyncmr.AsyncManagedMR` in the adaptor's place
@@ -64,10 +65,21 @@ def install(*, pool: Any = "default", prefetch: Any = None, release_threshold: i
 def main(argv: list[str] | None = None) -> int:
     """``python -m asyncmr cudf-pandas (script.py | -m module) [ARGS...]``."""
     args = list(sys.argv[1:] if argv is None else argv)
-    usage = "usage: python -m asyncmr cudf-pandas (SCRIPT | -m MODULE) [ARGS...]"
+    usage = "usage: python -m asyncmr cudf-pandas [--cache BYTES] (SCRIPT | -m MODULE) [ARGS...]"
     if not args or args[0] in ("-h", "--help"):
         print(usage, file=sys.stderr if not args else sys.stdout)
         return 2 if not args else 0
+    cache = None
+    if args[0] == "--cache":
+        value = args[1] if len(args) > 1 else ""
+        if not value.isdigit():
+            print(f"asyncmr cudf-pandas: --cache takes a number of bytes (0 or more), got "
+                  f"{value!r}\n{usage}", file=sys.stderr)
+            return 2
+        cache, args = int(value), args[2:]
+        if not args:
+            print(usage, file=sys.stderr)
+            return 2
     if args[0] == "-m":
         if len(args) < 2:
             print(usage, file=sys.stderr)
@@ -76,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         target, rest, module = args[0], args[1:], False
     try:
-        install()
+        install(cache=cache)
     except ImportError as e:
         print(f"asyncmr cudf-pandas: {e}", file=sys.stderr)
         return 2
