@@ -145,6 +145,10 @@ if has cudf; then
     cudf_wheels=()
   fi
 fi
+# Each run starts from empty sites: a warm host keeps /tmp, and a site an earlier run filled with
+# cuDF's wheels kept their metadata after a --target install replaced the nvidia/ folder under
+# them (libcudf's CMake entry point then named a module that was gone, and the build failed).
+rm -rf "${site:?}" "${site_build:?}"
 run setup-site pipi --target "$site" "${core_wheels[@]}" "${cuda13[@]}" "${dask[@]}" \
   "${cudf_wheels[@]}" || { fail setup "the wheels did not install into $site"; exit 1; }
 run setup-build-site pipi --target "$site_build" "${other_build[@]}" \
@@ -314,6 +318,7 @@ fi
 
 # ---- cu12: asyncmr-cu12 in its own site --------------------------------------------------------
 if has cu12; then
+  rm -rf "${site12:?}"  # from empty, as the other sites
   cu12_wheels=(.whl/cu12/*.whl)
   if [ ! -e "${cu12_wheels[0]}" ] || [ ! -e .whl/build/cuda12-crt.tar.gz ]; then
     fail cu12 "needs .whl/cu12/*.whl (../shared/wheelhouse.sh .whl cu12) and .whl/build/cuda12-crt.tar.gz (ci/build_wheels.sh .whl)"
