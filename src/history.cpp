@@ -118,17 +118,17 @@ std::uint64_t history_stamp_converter::operator()(std::uint64_t stamp) const noe
                                            ticks_elapsed_);
 }
 
+std::uint64_t history_stamp_converter::stamps_in(std::uint64_t ns) const noexcept
+{
+  if (!ticks_) { return ns; }
+  if (ns_elapsed_ < 1'000'000) { return ns * 5; }  // under 1 ms since the reference: 5 GHz at most
+  return static_cast<std::uint64_t>(static_cast<unsigned __int128>(ns) * ticks_elapsed_ /
+                                    ns_elapsed_);
+}
+
 std::uint64_t history_stamps_in(std::uint64_t ns) noexcept
 {
-  stamp_reference const& ref = reference();
-  if (!ref.ticks) { return ns; }
-  std::uint64_t tick1 = 0;
-  std::uint64_t ns1   = 0;
-  read_pair(tick1, ns1);
-  std::uint64_t const elapsed = ns1 - ref.ns0;
-  if (elapsed < 1'000'000) { return ns * 5; }  // under 1 ms since the reference: 5 GHz at most
-  return static_cast<std::uint64_t>(static_cast<unsigned __int128>(ns) * (tick1 - ref.tick0) /
-                                    elapsed);
+  return history_stamp_converter{}.stamps_in(ns);
 }
 
 history_ring::history_ring(std::size_t capacity) : capacity_{capacity}

@@ -69,6 +69,8 @@ class history_stamp_converter {
  public:
   history_stamp_converter() noexcept;  ///< reads the counters now
   [[nodiscard]] std::uint64_t operator()(std::uint64_t stamp) const noexcept;
+  /// @brief How many stamps `ns` nanoseconds span, at the rate measured (history_stamps_in).
+  [[nodiscard]] std::uint64_t stamps_in(std::uint64_t ns) const noexcept;
 
  private:
   bool ticks_;
