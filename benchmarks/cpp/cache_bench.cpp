@@ -324,9 +324,10 @@ std::string clocksource()
   return out;
 }
 
-// What a recorded event costs besides the resource's own bookkeeping: the clock that stamps it,
-// and the ring write. Each round records into a fresh ring as large as recording_round's, as
-// the recording rounds do (so the ring's memory is as cold here as there).
+// What a recorded event costs besides the resource's own bookkeeping: the stamp (stamp_round,
+// clock_round), and the ring write (ring_round: each round records into a fresh ring as large
+// as recording_round's, as the recording rounds do, so the ring's memory is as cold here as
+// there).
 template <typename Stamp>
 double stamp_round(long calls, Stamp stamp)
 {
@@ -360,26 +361,25 @@ double ring_round(long calls, int pairs)
 }
 
 // The stamp the recorder does not make here, listed in "recording_candidates": steady_clock where
-// events are stamped in ticks, a raw time-stamp-counter read (x86-64) where they are not.
-char const* stamp_candidate()
-{
-  if (asyncmr::detail::history_stamps_are_ticks()) { return "steady_clock read (the other stamp)"; }
-#if defined(__x86_64__)
-  return "tsc read (the other stamp)";
-#else
-  return nullptr;
-#endif
-}
+// events are stamped in ticks, a raw time-stamp-counter read (x86-64) where they are not; its
+// name is null where there is none.
+struct stamp_way {
+  char const* name;
+  double (*round)(long calls);
+};
 
-double candidate_round(long calls)
+stamp_way other_stamp()
 {
   if (asyncmr::detail::history_stamps_are_ticks()) {
-    return stamp_round(calls, [] { return asyncmr::detail::history_now_ns(); });
+    return {"steady_clock read (the other stamp)",
+            [](long calls) { return stamp_round(calls, asyncmr::detail::history_now_ns); }};
   }
 #if defined(__x86_64__)
-  return stamp_round(calls, [] { return static_cast<std::uint64_t>(__rdtsc()); });
+  return {"tsc read (the other stamp)", [](long calls) {
+            return stamp_round(calls, [] { return static_cast<std::uint64_t>(__rdtsc()); });
+          }};
 #else
-  return 0;
+  return {nullptr, nullptr};
 #endif
 }
 
@@ -427,9 +427,9 @@ std::vector<call_rounds> measure_calls(cudaStream_t stream, params const& p)
     {"front_cache take+put", timed(take_put)},
     {"history clock read", [&] { return clock_round(events); }},
     {"history ring record", [&] { return ring_round(events, p.pairs); }}};
-  if (char const* const candidate = stamp_candidate()) {
-    candidate_round(p.warmup);
-    ways.emplace_back(candidate, [&] { return candidate_round(events); });
+  if (stamp_way const other = other_stamp(); other.name != nullptr) {
+    other.round(p.warmup);
+    ways.emplace_back(other.name, [other, events] { return other.round(events); });
   }
   std::vector<call_rounds> out;
   for (auto const& way : ways) { out.push_back({way.first, {}}); }
@@ -737,7 +737,7 @@ int main(int argc, char** argv)
         ",\"calls_per_recorded_pair\":{\"history clock read\":2,\"history ring record\":2}";
   // Measured beside the recording's own calls, made by none of them: the other stamp's cost.
   os << ",\"recording_candidates\":[";
-  if (char const* const candidate = stamp_candidate()) { os << "\"" << candidate << "\""; }
+  if (char const* const other = other_stamp().name) { os << "\"" << other << "\""; }
   os << "]";
 
   // c. threads: hit pairs on the pinned kind, and the two CUDA calls of a hit, alone
