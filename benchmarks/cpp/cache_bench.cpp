@@ -20,7 +20,8 @@
  *                  resource records its allocation history (record_history's C++ side).
  *   - "calls": ns per call of what a hit adds besides the cache itself, each alone:
  *     the driver's cuStreamIsCapturing and cuStreamGetId (each made once per allocate and once
- *     per deallocate), cuEventRecord (the marker a put records) and the bare cache's take+put
+ *     per deallocate), cuEventRecord (the marker a put records when its stream has work queued),
+ *     cuStreamQuery (what a put on a non-blocking stream asks first) and the bare cache's take+put
  *     on the CPU (no CUDA); and what each event of a recording is made of (no CUDA): the
  *     stamp (history_stamp: the time-stamp counter where the kernel's clocksource is the TSC,
  *     else steady_clock) and history_ring::record into a ring as large as a recording round's
@@ -31,8 +32,8 @@
  *   - "threads": T threads (8), each on its own stream, released together, hit pairs of one size
  *     on ONE cached pinned resource; the same loop on 1 thread in the same round; aggregate
  *     pairs/s and "scaling" = the median of the per-round ratios. The same without a cache for
- *     reference; "calls": the same for cuStreamIsCapturing, cuStreamGetId and cuEventRecord
- *     alone (calls/s),
+ *     reference; "calls": the same for cuStreamIsCapturing, cuStreamGetId, cuEventRecord and
+ *     cuStreamQuery alone (calls/s),
  *     so a hit path that does not scale can be traced to the driver or to the cache; and
  *     "control_scaling": pure arithmetic on T threads over 1, the most any code scales on this
  *     machine now (a busy host shows there, not as a fault of the cache).
@@ -293,6 +294,14 @@ void get_id_calls(cudaStream_t stream, long calls)
   sink.store(acc, std::memory_order_relaxed);
 }
 
+// A put on a non-blocking stream first asks whether the stream has anything queued (nothing
+// here: the answer is "done", and the put records no event).
+void stream_query_calls(cudaStream_t stream, long calls)
+{
+  static auto* const fn = driver_fn<int (*)(cudaStream_t)>("cuStreamQuery", 2000);
+  for (long i = 0; i < calls; ++i) { driver_check(fn(stream), "cuStreamQuery"); }
+}
+
 // The front cache's marker: a put records its bucket's event (made with cudaEventDisableTiming)
 // on the block's stream. Each call of the body makes its own event.
 void event_record_calls(cudaStream_t stream, long calls)
@@ -389,6 +398,7 @@ std::vector<call_rounds> measure_calls(cudaStream_t stream, params const& p)
   auto is_capturing = [stream](int calls) { is_capturing_calls(stream, calls); };
   auto get_id       = [stream](int calls) { get_id_calls(stream, calls); };
   auto event_record = [stream](int calls) { event_record_calls(stream, calls); };
+  auto stream_query = [stream](int calls) { stream_query_calls(stream, calls); };
   // The bare cache (no CUDA): a fake block under one key, so every take hits.
   asyncmr::detail::front_cache cache{p.cache};
   void* const block = reinterpret_cast<void*>(std::uintptr_t{0x100000000});  // never dereferenced
@@ -408,6 +418,7 @@ std::vector<call_rounds> measure_calls(cudaStream_t stream, params const& p)
   is_capturing(p.warmup);
   get_id(p.warmup);
   event_record(p.warmup);
+  stream_query(p.warmup);
   take_put(p.warmup);
   auto timed = [n](auto& loop) {
     return [n, &loop] {
@@ -424,6 +435,7 @@ std::vector<call_rounds> measure_calls(cudaStream_t stream, params const& p)
     {"cuStreamIsCapturing", timed(is_capturing)},
     {"cuStreamGetId", timed(get_id)},
     {"cuEventRecord", timed(event_record)},
+    {"cuStreamQuery", timed(stream_query)},
     {"front_cache take+put", timed(take_put)},
     {"history clock read", [&] { return clock_round(events); }},
     {"history ring record", [&] { return ring_round(events, p.pairs); }}};
@@ -732,8 +744,10 @@ int main(int argc, char** argv)
   } catch (std::exception const& e) {
     errors["calls"] = e.what();
   }
+  // The streams here are non-blocking with nothing queued: a put asks cuStreamQuery and records
+  // no event (cuEventRecord is what it would cost with work queued: 0 per pair here).
   os << "},\"calls_per_hit_pair\":{\"cuStreamIsCapturing\":2,\"cuStreamGetId\":2,"
-        "\"cuEventRecord\":1,\"front_cache take+put\":1}"
+        "\"cuEventRecord\":0,\"cuStreamQuery\":1,\"front_cache take+put\":1}"
         ",\"calls_per_recorded_pair\":{\"history clock read\":2,\"history ring record\":2}";
   // Measured beside the recording's own calls, made by none of them: the other stamp's cost.
   os << ",\"recording_candidates\":[";
@@ -784,7 +798,8 @@ int main(int argc, char** argv)
   for (auto const& [name, body] :
        {std::pair<char const*, thread_body>{"cuStreamIsCapturing", is_capturing_calls},
         std::pair<char const*, thread_body>{"cuStreamGetId", get_id_calls},
-        std::pair<char const*, thread_body>{"cuEventRecord", event_record_calls}}) {
+        std::pair<char const*, thread_body>{"cuEventRecord", event_record_calls},
+        std::pair<char const*, thread_body>{"cuStreamQuery", stream_query_calls}}) {
     auto const t = measure_threads(body, streams, p, thread_rounds);
     if (!t.error.empty()) {
       errors[std::string{"threads:"} + name] = t.error;
