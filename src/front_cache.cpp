@@ -181,10 +181,9 @@ front_cache::bucket* front_cache::spare_or_new(stream_key stream) noexcept
     b = buckets_.back().get();
   }
   lock_scope const g{b->lock};
-  b->key    = stream;
-  b->bound  = true;
-  b->grant  = 0;
-  b->traits = 0;
+  b->key   = stream;
+  b->bound = true;
+  b->grant = 0;
   b->seen  = epoch_.load(std::memory_order_relaxed);
   return b;
 }
@@ -395,13 +394,9 @@ put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes, voi
     if (b == nullptr) { return {forget(ptr) ? put_status::refused : put_status::already_cached, rec}; }
     if (b->credit < c && !reserve(*b, c)) { return refuse(&bucket::refused_cap); }
   }
-  // The stream's order, captured before the block can be seen (see "Markers"). An idle stream
-  // (asked under this lock) has completed every use of every block the bucket holds.
-  if (markers_.mark != nullptr) {
-    auto const answer = markers_.mark(markers_.context, b->marker, b->traits, handle);
-    if (answer == mark_answer::refused) { return refuse(&bucket::refused_unmarked); }
-    b->ordered_release = answer == mark_answer::marked;
-    ++(answer == mark_answer::marked ? b->marked_puts : b->idle_puts);
+  // The stream's order, captured before the block can be seen (see "Markers").
+  if (markers_.mark != nullptr && !markers_.mark(markers_.context, b->marker, handle)) {
+    return refuse(&bucket::refused_unmarked);
   }
   try {
     b->free[idx].push_back(slot);

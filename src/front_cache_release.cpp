@@ -19,12 +19,9 @@ std::size_t front_cache::park(bucket& b) noexcept
   // Caller holds b.lock.
   std::size_t const moved = b.blocks;
   if (moved == 0) { return 0; }
-  // The owner's later frees wait for this bucket's stream first (see "Markers"), unless its last
-  // put found the stream idle; if they cannot, the blocks stay cached, which is always safe.
-  if (markers_.order != nullptr && b.ordered_release &&
-      !markers_.order(markers_.context, b.marker)) {
-    return 0;
-  }
+  // The owner's later frees wait for this bucket's stream first (see "Markers"); if they cannot,
+  // the blocks stay cached, which is always safe.
+  if (markers_.order != nullptr && !markers_.order(markers_.context, b.marker)) { return 0; }
   if (b.parked_blocks == 0) {
     b.free.swap(b.parked);  // no allocation: the lists trade their buffers
     b.parked_bytes  = b.cached;
@@ -193,8 +190,6 @@ front_cache_stats front_cache::stats() const noexcept
     s.refused_wrong_size += b->refused_wrong_size;
     s.refused_double_free += b->refused_double_free;
     s.refused_unmarked += b->refused_unmarked;
-    s.marked_puts += b->marked_puts;
-    s.idle_puts += b->idle_puts;
     s.cached_bytes += b->cached;
     s.cached_blocks += b->blocks;
     s.parked_bytes += b->parked_bytes;

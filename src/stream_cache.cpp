@@ -43,8 +43,6 @@ struct driver_queries {
   int (*is_capturing)(cudaStream_t, int*)                      = nullptr;  // cuStreamIsCapturing
   int (*get_id)(cudaStream_t, unsigned long long*)             = nullptr;  // cuStreamGetId
   int (*record)(cudaEvent_t, cudaStream_t)                     = nullptr;  // cuEventRecord
-  int (*query)(cudaStream_t)                                   = nullptr;  // cuStreamQuery
-  int (*get_flags)(cudaStream_t, unsigned*)                    = nullptr;  // cuStreamGetFlags
 };
 
 driver_queries const& queries() noexcept
@@ -58,8 +56,6 @@ driver_queries const& queries() noexcept
     find("cuStreamIsCapturing", 10000, d.is_capturing);
     find("cuStreamGetId", 12000, d.get_id);
     find("cuEventRecord", 2000, d.record);
-    find("cuStreamQuery", 2000, d.query);
-    find("cuStreamGetFlags", 2000, d.get_flags);
     return d;
   }();
   return q;
@@ -120,37 +116,6 @@ namespace {
 // streams nobody captures, so a release is correct while its blocks' streams are gone, and
 // leaves every capture on the device valid (a device-wide synchronization would invalidate
 // them: measured on the H200, docs/DRIVER_FACTS.md).
-//
-// The record is skipped when the stream is non-blocking and has nothing queued (cuStreamQuery,
-// asked under the bucket's lock): then every use of every block the bucket holds is over, since
-// a block's uses precede its free in the stream's order and an event wait is queued work too.
-// Only a non-blocking stream: a blocking one (CuPy's and Numba's default, the per-thread stream)
-// is also ordered after the legacy stream's earlier work, which its own query does not see,
-// and the legacy stream after every blocking stream's; asking the legacy stream instead would
-// disturb a capture on any blocking stream. A record costs ~190 ns on the H200 and the driver
-// serializes records across threads; the query is what a pair loop with nothing queued pays.
-
-// What a bucket's `traits` note about its stream (0: not asked yet).
-constexpr std::uint32_t traits_asked        = 1;
-constexpr std::uint32_t traits_non_blocking = 2;
-constexpr unsigned cu_stream_non_blocking   = 0x1;  // CU_STREAM_NON_BLOCKING
-
-std::uint32_t traits_of(cudaStream_t stream) noexcept
-{
-  unsigned flags = 0;
-  auto* const get_flags = queries().get_flags;
-  bool const asked      = get_flags != nullptr && get_flags(stream, &flags) == 0;
-  return traits_asked | (asked && (flags & cu_stream_non_blocking) != 0 ? traits_non_blocking : 0);
-}
-
-// True only when the driver says `stream` has completed all its work (a non-blocking stream).
-bool nothing_queued(cudaStream_t stream) noexcept
-{
-  auto* const query = queries().query;
-  if (query == nullptr) { return false; }
-  // Not ready, or an error of earlier work: not idle (the record that follows reports the error).
-  return query(stream) == 0;
-}
 
 // An event in the context of `stream`'s device (a bucket may be reused for a stream of another
 // device than the one that made its event), or nullptr.
@@ -182,25 +147,23 @@ cudaError_t record_event(cudaEvent_t event, cudaStream_t stream) noexcept
   return cudaEventRecord(event, stream);
 }
 
-mark_answer mark_stream(void*, void*& marker, std::uint32_t& traits, void* stream) noexcept
+bool mark_stream(void*, void*& marker, void* stream) noexcept
 {
   auto const s = static_cast<cudaStream_t>(stream);
-  if (traits == 0) { traits = traits_of(s); }
-  if ((traits & traits_non_blocking) != 0 && nothing_queued(s)) { return mark_answer::idle; }
   if (marker != nullptr) {
     auto const status = record_event(static_cast<cudaEvent_t>(marker), s);
-    if (status == cudaSuccess) { return mark_answer::marked; }
+    if (status == cudaSuccess) { return true; }
     clear_own_error(status);
     // An event of another device's context: remade below for this stream's.
     clear_own_error(cudaEventDestroy(static_cast<cudaEvent_t>(marker)));
     marker = nullptr;
   }
   cudaEvent_t const fresh = make_marker(s);
-  if (fresh == nullptr) { return mark_answer::refused; }
+  if (fresh == nullptr) { return false; }
   marker            = fresh;
   auto const status = record_event(fresh, s);
   clear_own_error(status);
-  return status == cudaSuccess ? mark_answer::marked : mark_answer::refused;
+  return status == cudaSuccess;
 }
 
 bool order_release(void* release_stream, void* marker) noexcept

@@ -695,6 +695,9 @@ def test_cache_bench_quick_prints_every_part(gpu):
     for call in ("cuStreamIsCapturing", "cuStreamGetId", "cuEventRecord", "front_cache take+put"):
         assert doc["calls"][call]["median_ns"] > 0
         assert doc["calls_per_hit_pair"][call] in (1, 2)
+    # Timed beside them, not made by a hit: the idle-stream question that could skip the marker.
+    assert doc["calls"]["cuStreamQuery"]["median_ns"] > 0
+    assert doc["calls_per_hit_pair"]["cuStreamQuery"] == 0
     for call in ("history clock read", "history ring record"):
         assert doc["calls"][call]["median_ns"] > 0 and len(doc["calls"][call]["rounds_ns"]) == \
             params["rounds"]
@@ -703,8 +706,8 @@ def test_cache_bench_quick_prints_every_part(gpu):
     n = str(th["threads"])
     assert th["kind"] == "pinned" and th["bytes"] == 4096 and n == "8"
     for group, names, unit in (("results", ("cached", "uncached"), "pairs_per_s"),
-                               ("calls", ("cuStreamIsCapturing", "cuStreamGetId", "cuEventRecord"),
-                                "calls_per_s")):
+                               ("calls", ("cuStreamIsCapturing", "cuStreamGetId", "cuEventRecord",
+                                          "cuStreamQuery"), "calls_per_s")):
         for name in names:
             e = th[group][name]
             assert e["1"][f"median_{unit}"] > 0 and e[n][f"median_{unit}"] > 0

@@ -21,8 +21,6 @@ struct front_cache_stats {
   std::uint64_t refused_wrong_size{};    ///< frees naming another size class than the record
   std::uint64_t refused_double_free{};   ///< frees of a block that is already cached
   std::uint64_t refused_unmarked{};  ///< frees whose stream could not be marked (freed to the pool)
-  std::uint64_t marked_puts{};  ///< frees cached after recording their stream's event
-  std::uint64_t idle_puts{};    ///< frees cached with no event: their stream had nothing queued
   std::uint64_t untracked{};  ///< blocks handed out that the record had no room for (never cached)
   std::uint64_t reclaims{};   ///< reclaims of idle streams' blocks that found some
   std::uint64_t reclaimed_blocks{};  ///< blocks those reclaims took back

@@ -219,9 +219,7 @@ cdef class _PoolResource(DeviceMemoryResource):
         ``parked_blocks`` taken out, their frees not yet made (a release in progress); ``hits``, ``misses``; frees turned away: ``refused_cap`` (freed to the
         pool), ``refused_uncacheable``, ``refused_not_recorded`` (blocks the cache did not hand
         out), ``refused_wrong_size``, ``refused_double_free``, ``refused_unmarked`` (frees whose stream's
-        event could not be recorded: freed to the pool); frees cached: ``marked_puts`` (each
-        recorded its stream's event) and ``idle_puts`` (a non-blocking stream with nothing
-        queued: no event needed); ``untracked`` (blocks handed out
+        event could not be recorded: freed to the pool); ``untracked`` (blocks handed out
         that the ownership record had no room for: never cached); ``recorded_blocks``;
         ``reclaims`` and ``reclaimed_blocks`` (blocks of idle or destroyed streams taken back);
         ``charged_high`` (peak of cached bytes plus reserved credit, an upper bound of the
@@ -241,8 +239,7 @@ cdef class _PoolResource(DeviceMemoryResource):
                 "refused_not_recorded": v.refused_not_recorded,
                 "refused_wrong_size": v.refused_wrong_size,
                 "refused_double_free": v.refused_double_free,
-                "refused_unmarked": v.refused_unmarked, "marked_puts": v.marked_puts,
-                "idle_puts": v.idle_puts, "untracked": v.untracked,
+                "refused_unmarked": v.refused_unmarked, "untracked": v.untracked,
                 "recorded_blocks": v.recorded_blocks, "reclaims": v.reclaims,
                 "reclaimed_blocks": v.reclaimed_blocks, "charged_high": v.charged_high,
                 "streams": v.streams}

@@ -150,11 +150,7 @@ struct alignas(64) front_cache::bucket {
   std::uint64_t refused_wrong_size{};
   std::uint64_t refused_double_free{};
   std::uint64_t refused_unmarked{};
-  std::uint64_t marked_puts{};
-  std::uint64_t idle_puts{};
-  void* marker{nullptr};        // the owner's marker of this bucket's stream (see "Markers")
-  std::uint32_t traits{};       // the owner's note about the bound stream (0 when bound anew)
-  bool ordered_release{false};  // the last put was marked: parking must order the release
+  void* marker{nullptr};  // the owner's marker of this bucket's stream (see "Markers")
   front_cache_parts::block_lists free;    // LIFO per class: the warmest block first
   front_cache_parts::block_lists parked;  // detached, their release ordered (free_parked)
 };

@@ -558,35 +558,27 @@ TEST(FrontCacheStale, BucketsOfReclaimedStreamsAreReused)
 
 // ---- markers: each stream's order captured at its puts, the release ordered after it ----------
 
-/// Fake markers over a model of stream order: each stream has a count of work submitted to it and
-/// of work completed; a block's last use is the count when it was freed; a put on a stream whose
-/// work is all completed is answered idle (as the owner answers for a non-blocking stream with
-/// nothing queued); a marker holds the stream and count it was set at; ordering the release
-/// after a marker raises the release's wait for that stream.
+/// Fake markers over a model of stream order: each stream has a count of work submitted to it; a
+/// block's last use is the count when it was freed; a marker holds the stream and count it was
+/// set at; ordering the release after a marker raises the release's wait for that stream.
 struct fake_markers {
   struct marker {
     stream_key stream;
     std::uint64_t at;
   };
   std::map<stream_key, std::uint64_t> work;    // per stream: work submitted so far
-  std::map<stream_key, std::uint64_t> done;    // per stream: work completed so far
   std::map<stream_key, std::uint64_t> waited;  // per stream: how far the release waits
   std::map<void*, std::uint64_t> last_use;     // per block: its stream's work at its free
-  int made = 0, destroyed = 0, remade = 0, idle = 0, orders = 0;
+  int made = 0, destroyed = 0, remade = 0;
   bool fail_mark = false, fail_order = false;
 
   stream_markers ops()
   {
     return {this,
-            [](void* c, void*& m, std::uint32_t& traits, void* h) noexcept {
+            [](void* c, void*& m, void* h) noexcept {
               auto& self = *static_cast<fake_markers*>(c);
-              if (self.fail_mark) { return mark_answer::refused; }
+              if (self.fail_mark) { return false; }
               auto const k = static_cast<stream_key>(reinterpret_cast<std::uintptr_t>(h));
-              if (traits == 0) { traits = 1; }
-              if (self.done[k] >= self.work[k]) {
-                ++self.idle;
-                return mark_answer::idle;
-              }
               auto* mk     = static_cast<marker*>(m);
               if (mk != nullptr && mk->stream != k) {  // a reused bucket: another stream's
                 delete mk;
@@ -596,16 +588,15 @@ struct fake_markers {
               }
               if (mk == nullptr) {
                 mk = new (std::nothrow) marker{k, 0};
-                if (mk == nullptr) { return mark_answer::refused; }
+                if (mk == nullptr) { return false; }
                 ++self.made;
                 m = mk;
               }
               mk->at = self.work[k];
-              return mark_answer::marked;
+              return true;
             },
             [](void* c, void* m) noexcept {
               auto& self = *static_cast<fake_markers*>(c);
-              ++self.orders;
               if (self.fail_order || m == nullptr) { return false; }
               auto const* mk = static_cast<marker const*>(m);
               auto& w        = self.waited[mk->stream];
@@ -634,18 +625,9 @@ struct fake_markers {
     }
     std::size_t unsafe = 0;
     cache.free_parked(cache.begin_proof(), [&](stream_key k, void* p, std::size_t) noexcept {
-      if (std::max(waited[k], done[k]) < last_use[p]) { ++unsafe; }
+      if (waited[k] < last_use[p]) { ++unsafe; }
     });
     return unsafe;
-  }
-  /// The stream has completed everything submitted to it so far.
-  void finish(stream_key k) { done[k] = work[k]; }
-  /// As `free`, once the stream has completed the block's use and everything before it.
-  put_result free_when_done(front_cache& cache, stream_key k, void* p, std::size_t bytes)
-  {
-    last_use[p] = ++work[k];
-    finish(k);
-    return cache.put(k, p, bytes, handle(k));
   }
 };
 
@@ -724,81 +706,6 @@ TEST(FrontCacheMarkers, TheCacheDestroysEachMarkerOnce)
     EXPECT_EQ(fm.release(cache), 0U);
   }
   EXPECT_EQ(fm.destroyed, fm.made);
-}
-
-TEST(FrontCacheMarkers, APutOnAnIdleStreamNeedsNoMarkerAndItsBucketParksWithoutAWait)
-{
-  fake_markers fm;
-  front_cache cache{1 * MiB, 0, 0, fm.ops()};
-  ASSERT_EQ(fm.free(cache, 1, handed(cache, 0, 4 * KiB), 4 * KiB).status, put_status::cached);
-  ASSERT_EQ(fm.free(cache, 1, handed(cache, 1, 4 * KiB), 4 * KiB).status, put_status::cached);
-  EXPECT_EQ(fm.made, 1) << "uses still queued: marked, one marker per stream";
-  EXPECT_EQ(fm.idle, 0);
-  ASSERT_EQ(fm.free_when_done(cache, 1, handed(cache, 2, 4 * KiB), 4 * KiB).status,
-            put_status::cached);
-  EXPECT_EQ(fm.idle, 1) << "nothing queued on the stream: no marker";
-  auto const s = cache.stats();
-  EXPECT_EQ(s.marked_puts, 2U);
-  EXPECT_EQ(s.idle_puts, 1U);
-  EXPECT_EQ(fm.release(cache), 0U) << "a block went back before its last use";
-  EXPECT_EQ(fm.orders, 0) << "an idle last put leaves every block's use over: no wait to order";
-  EXPECT_EQ(cache.check_invariants(), 0U);
-}
-
-TEST(FrontCacheMarkers, AMarkedPutAfterAnIdleOneOrdersTheRelease)
-{
-  fake_markers fm;
-  front_cache cache{1 * MiB, 0, 0, fm.ops()};
-  ASSERT_EQ(fm.free_when_done(cache, 1, handed(cache, 0, 4 * KiB), 4 * KiB).status,
-            put_status::cached);
-  ASSERT_EQ(fm.idle, 1);
-  ASSERT_EQ(fm.free(cache, 1, handed(cache, 1, 4 * KiB), 4 * KiB).status, put_status::cached);
-  EXPECT_EQ(fm.release(cache), 0U) << "the busy block went back before its last use";
-  EXPECT_EQ(fm.orders, 1);
-  EXPECT_EQ(cache.check_invariants(), 0U);
-}
-
-TEST(FrontCacheMarkers, StreamsMixingIdleAndBusyPutsNeverReleaseABlockEarly)
-{
-  // Random interleavings of uses, frees (some after their stream drained), completions, hits and
-  // releases over 6 streams: the model checks every block the release frees.
-  fake_markers fm;
-  front_cache cache{1 * MiB, 0, 0, fm.ops()};
-  std::mt19937_64 rng{2026};
-  std::size_t n = 0, unsafe = 0;
-  std::vector<std::pair<stream_key, void*>> out;
-  for (int step = 0; step < 20000; ++step) {
-    stream_key const k = 1 + rng() % 6;
-    switch (rng() % 6) {
-      case 0:
-      case 1: {  // allocate on k: a hit or a fresh block
-        void* p = cache.take(k, 4 * KiB);
-        if (p == nullptr) { p = handed(cache, 1000 + n++, 4 * KiB); }
-        out.emplace_back(k, p);
-        break;
-      }
-      case 2:
-      case 3:
-        if (!out.empty()) {  // use it on its stream, then free it there
-          std::size_t const i = rng() % out.size();
-          auto const [sk, p]  = out[i];
-          out[i]              = out.back();
-          out.pop_back();
-          // Half the frees come after the stream drained (an idle put), half with the use queued.
-          auto const r = rng() % 2 == 0 ? fm.free(cache, sk, p, 4 * KiB)
-                                        : fm.free_when_done(cache, sk, p, 4 * KiB);
-          ASSERT_TRUE(r.status == put_status::cached || r.status == put_status::refused);
-        }
-        break;
-      case 4: fm.finish(k); break;
-      default: unsafe += fm.release(cache, rng() % 2 == 0); break;
-    }
-  }
-  unsafe += fm.release(cache);
-  EXPECT_EQ(unsafe, 0U) << "a block went back before its last use";
-  EXPECT_GT(fm.idle, 100);
-  EXPECT_GT(fm.made, 0);
-  EXPECT_EQ(cache.check_invariants(), 0U);
 }
 
 // ---- statistics ------------------------------------------------------------------------------

@@ -11,9 +11,9 @@ one run:
 2. **The C++ program** ``cache_bench`` (``benchmarks/cpp``): a hit pair through
    ``rmm::device_async_resource_ref`` against the uncached resource and the raw floor on the same
    pool (pinned, device, managed), the driver calls a hit makes, each alone
-   (``cuStreamIsCapturing``, ``cuStreamGetId``, ``cuEventRecord``: the put's marker when its
-   stream has work queued; ``cuStreamQuery``: what a put on a non-blocking stream asks first;
-   the bare cache's take+put), and 8 threads on
+   (``cuStreamIsCapturing``, ``cuStreamGetId``, ``cuEventRecord``: the put's marker; the bare
+   cache's take+put; and ``cuStreamQuery``, which a put does not make: whether the stream is
+   idle, the one sound way to skip the marker), and 8 threads on
    8 streams against one thread on one cached pinned resource. Skipped, with the reason, when the
    program is not built: the Python half still runs.
 
@@ -161,10 +161,10 @@ def run(cfg, ctx) -> dict:
             "C++ (cache_bench): ns per pair through rmm::device_async_resource_ref; 'floor' is "
             "cudaMallocFromPoolAsync + cudaFreeAsync on the same owned pool; a hit makes "
             "the driver's cuStreamIsCapturing and cuStreamGetId once in allocate and once in "
-            "deallocate, and cuStreamQuery once (the streams here are non-blocking with "
-            "nothing queued, so the put records no event; with work queued it would record "
-            "cuEventRecord, the put's marker: the stream's order, taken while the stream is "
-            "surely alive), plus the cache's take and put",
+            "deallocate, cuEventRecord once (the put's marker: the stream's order, taken while "
+            "the stream is surely alive), plus the cache's take and put; cuStreamQuery is timed "
+            "beside them and not made (whether the stream is idle: the one sound way to skip "
+            "the marker, if it were cheaper than the marker)",
         ],
     }
 

@@ -59,17 +59,13 @@
  *
  * ## Markers
  * A stream may be destroyed the moment a free on it returns, so its order must be captured
- * while it is alive: every put first asks the owner to *mark* the block's stream
- * (`stream_markers::mark`), under the bucket's lock and before the block can be seen. The owner
- * answers `mark_answer::marked` (it set the bucket's marker there: a CUDA event recorded on the
- * stream), `mark_answer::idle` (the stream had nothing queued: every use of the block, and of
- * every block the bucket holds, has completed, so no marker is needed) or `refused`. Parking a
- * bucket whose last put was marked first orders the owner's release after the marker
- * (`stream_markers::order`: the release stream waits for the event), so every parked block's
- * last use precedes its free; a bucket whose last put found its stream idle holds only blocks
- * whose uses are over, and parks with no order. A refused put goes to the pool (the owner frees
- * the block on its own stream, which is always safe); a bucket whose release cannot be ordered
- * keeps its blocks cached. Without markers (the CPU tests) both steps are skipped.
+ * while it is alive: every put first sets its bucket's *marker* on the block's stream (the
+ * owner's `stream_markers::mark`: a CUDA event recorded there), under the bucket's lock and
+ * before the block can be seen. Parking a bucket first orders the owner's release after the
+ * marker (`stream_markers::order`: the release stream waits for the event), so every parked
+ * block's last use precedes its free. A put whose marker cannot be set is refused (the owner
+ * frees the block on its own stream, which is always safe); a bucket whose release cannot be
+ * ordered keeps its blocks cached. Without markers (the CPU tests) both steps are skipped.
  *
  * ## Dead and idle streams
  * Blocks of a destroyed stream cannot be freed in its order any more. Every take and put stamps
@@ -124,13 +120,6 @@ struct put_result {
   std::size_t recorded_bytes;
 };
 
-/// @brief The owner's answer to a put's request to mark its stream (see "Markers" above).
-enum class mark_answer : std::uint8_t {
-  marked,   ///< the bucket's marker now follows the block's last use on its stream
-  idle,     ///< the stream had nothing queued: the block's uses are over, no marker needed
-  refused,  ///< the stream could not be marked: the put is refused
-};
-
 /**
  * @brief How the owner captures a stream's order (see "Markers" above). Every function is called
  * under the lock of the bucket concerned and must not throw or call back into the cache;
@@ -139,13 +128,10 @@ enum class mark_answer : std::uint8_t {
 struct stream_markers {
   void* context{nullptr};
   /// Before a block freed on `stream` (the handle `put` was given) enters the bucket: sets
-  /// `marker` there, making it on first use (or remaking it), or answers that the stream is idle.
-  /// `traits` is the owner's note about the bucket's stream, 0 when the bucket is bound to a new
-  /// stream (what the owner learnt of it once, such as its flags, kept for the next puts).
-  mark_answer (*mark)(void* context, void*& marker, std::uint32_t& traits, void* stream) noexcept =
-    nullptr;
-  /// As the bucket's blocks are parked, when its last put was marked: orders every free the
-  /// owner makes later after `marker`. False leaves them cached.
+  /// `marker` there, making it on first use (or remaking it). False refuses the put.
+  bool (*mark)(void* context, void*& marker, void* stream) noexcept = nullptr;
+  /// As the bucket's blocks are parked: orders every free the owner makes later after
+  /// `marker`. False leaves them cached.
   bool (*order)(void* context, void* marker) noexcept = nullptr;
   /// When the cache is destroyed, for each marker made.
   void (*destroy)(void* context, void* marker) noexcept = nullptr;
