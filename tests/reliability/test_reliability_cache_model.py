@@ -12,6 +12,8 @@ The pure-CPU half of the same model runs against the bare front cache in the C++
 (FrontCacheStress, tests/cpp/front_cache_test.cpp), in CI.
 
 Environment: ASYNCMR_MODEL_OPS (operations per thread; default ASYNCMR_STRESS_OPS, else 1500),
+ASYNCMR_MODEL_THREADS (default 4), ASYNCMR_MODEL_RELEASE_GIL (every resource's ``release_gil``;
+default: theirs),
 ASYNCMR_STRESS_SEED. Under compute-sanitizer (ASYNCMR_UNDER_SANITIZER=1) every fill, check and
 graph launch is instrumented: there the pattern covers each block's first 16 KiB only (a block
 two owners wrote still shows it there, and memcheck itself sees any access outside a block), and
@@ -35,7 +37,8 @@ pytestmark = pytest.mark.gpu
 
 OPS = int(os.environ.get("ASYNCMR_MODEL_OPS") or os.environ.get("ASYNCMR_STRESS_OPS") or 1500)
 SEED = int(os.environ.get("ASYNCMR_STRESS_SEED", "20261201"))
-THREADS = 4
+THREADS = int(os.environ.get("ASYNCMR_MODEL_THREADS", "4"))
+GIL_POLICY = os.environ.get("ASYNCMR_MODEL_RELEASE_GIL")  # every resource's release_gil
 PATTERN_CAP = 16 * h.KiB if h.UNDER_SANITIZER else None  # see the module's docstring
 
 
@@ -97,6 +100,9 @@ def test_the_front_cache_against_a_shadow_model(gpu, kernels, cp):
     }
     capturable = ("device", "managed")
     foreign = asyncmr.AsyncDeviceMR(pool="new")  # another pool: its blocks are refused
+    if GIL_POLICY is not None:
+        for mr in (*resources.values(), foreign):
+            mr.release_gil = GIL_POLICY
     shadow = Shadow()
     bad = cp.zeros(1, dtype=cp.uint64)
     # Releases and trims wait for this gate exclusively; a double free holds it shared (a
