@@ -104,8 +104,9 @@ void pool_resource_base::note(history_ring& ring,
   e.time_ns = now;
   std::uint64_t last = h.last_reserved.load(std::memory_order_relaxed);
   e.reserved         = last;
-  // `used` moves by a load and a store, not a read-modify-write: the two locked instructions an
-  // uncached pair would make cost ~15 ns of the <= 100 ns recording may add. Events racing on
+  // `used` moves by a load and a store, not a read-modify-write: with the two locked instructions
+  // an uncached pair made, recording added 114 ns to it on the H200, without them 100 ns (section
+  // 11, one run each, 2026-12-02; the target is <= 100). Events racing on
   // several threads may lose each other's move until the next read of the pool sets it right
   // (at most history_pool_read_ns later); one thread's events are exact between reads.
   if (action == history_action::alloc) {
