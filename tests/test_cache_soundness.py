@@ -25,6 +25,16 @@ def make(kind, cap=64 * MiB, **kwargs):
     return MAKERS[kind](pool="new", cache=cap, **kwargs)
 
 
+SPIN = r'''extern "C" __global__ void spin(long long cycles)
+    { long long t = clock64(); while (clock64() - t < cycles) {} }'''
+
+
+def spin_on(cupy, stream, cycles=1_000_000_000):
+    """Queues ~0.5 s of one spinning thread on ``stream`` (a CuPy stream)."""
+    with stream:
+        cupy.RawKernel(SPIN, "spin")((1,), (1,), (cupy.int64(cycles),))
+
+
 # ---- 1. a graph's allocation never enters the cache -----------------------------------------------
 
 @pytest.mark.parametrize("kind", ["device", "managed"])
@@ -158,8 +168,6 @@ def test_a_block_freed_while_release_cache_waits_is_not_freed_under_its_kernel(g
     import reliability_helpers as rh
 
     rh.warm_up_kernels()
-    spin = cupy.RawKernel(r'''extern "C" __global__ void spin(long long cycles)
-        { long long t = clock64(); while (clock64() - t < cycles) {} }''', "spin")
     n = 64 * KiB
     mr = make("device")
     other = AsyncDeviceMR(pool=mr.pool)  # uncached, same pool: gets what the pool gives back
@@ -175,8 +183,7 @@ def test_a_block_freed_while_release_cache_waits_is_not_freed_under_its_kernel(g
     releaser.start()
     time.sleep(0.3)  # release_cache is waiting for the device now
     x = mr.allocate(n, rS)
-    with S:
-        spin((1,), (1,), (cupy.int64(1_000_000_000),))  # ~0.5 s, then the pattern A
+    spin_on(cupy, S)  # ~0.5 s, then the pattern A
     rh.fill(x, n, 0xA, S)
     mr.deallocate(x, n, rS)  # freed on S while release_cache waits
     gate.set()
@@ -361,16 +368,6 @@ def test_giving_the_cache_back_leaves_another_threads_capture_valid(gpu, mode, a
 
 
 # ---- 14. a release waits for a block's last use whatever stream it ran on ------------------------
-
-SPIN = r'''extern "C" __global__ void spin(long long cycles)
-    { long long t = clock64(); while (clock64() - t < cycles) {} }'''
-
-
-def spin_on(cupy, stream, cycles=1_000_000_000):
-    """Queues ~0.5 s of one spinning thread on ``stream`` (a CuPy stream)."""
-    with stream:
-        cupy.RawKernel(SPIN, "spin")((1,), (1,), (cupy.int64(cycles),))
-
 
 def test_a_free_queued_behind_another_streams_kernel_is_released_after_it(gpu):
     # The free's stream has nothing of its own running, only a wait for T's kernel (the block's
