@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -131,59 +132,264 @@ std::uint64_t history_stamps_in(std::uint64_t ns) noexcept
   return history_stamp_converter{}.stamps_in(ns);
 }
 
-history_ring::history_ring(std::size_t capacity) : capacity_{capacity}
+// ---- the ring ----------------------------------------------------------------------------
+
+namespace {
+
+// Every ring alive, so that a cursor let go by a thread that ends (or by a full cursor table)
+// touches its ring only while it lives. Locked when a ring comes and goes, and when a thread
+// lets go of chunks: never on an event's path. Never destroyed (threads end after statics go).
+struct ring_registry {
+  std::mutex lock;
+  std::vector<history_ring*> rings;
+};
+
+ring_registry& registry()
+{
+  static auto* const r = new ring_registry;  // NOLINT(cppcoreguidelines-owning-memory)
+  return *r;
+}
+
+std::atomic<std::uint64_t> next_ring_id{1};
+
+}  // namespace
+
+// What a thread knows of one ring it records into: the chunk it holds and the next slot in it.
+// Plain thread-local data (no guard on the path of an event); a thread keeps `table_size` of
+// them, the most recently used first, and lets the last go when a new ring comes.
+struct history_cursor {
+  static constexpr std::size_t table_size = 8;
+
+  std::uint64_t ring_id;          // 0: unused
+  history_ring* ring;             // dereferenced by its own record(), or under the registry lock
+  history_ring::slot* next_slot;  // null: no chunk held
+  std::uint64_t next_event;       // the number the next event gets (unique: tickets are)
+  history_ring::chunk_state* state;
+  std::uint64_t written;  // the chunk's count of events ever written, as this thread wrote it
+  std::size_t left;       // slots left in the chunk
+
+  // This thread's cursor for `ring`, moved to the front (a ninth ring: the oldest goes).
+  static history_cursor& find(history_ring& ring) noexcept;
+  static void let_go_all() noexcept;
+  // Lets go of `c`'s chunk if its ring is among `alive` (under the registry's lock); clears c.
+  static void forget(history_cursor& c, std::vector<history_ring*> const& alive) noexcept;
+};
+
+namespace {
+
+thread_local history_cursor cursors[history_cursor::table_size] = {};
+
+// Constructed by a thread's first claim; lets the thread's chunks go when the thread ends.
+struct cursor_reaper {
+  cursor_reaper()                                = default;
+  cursor_reaper(cursor_reaper const&)            = delete;
+  cursor_reaper& operator=(cursor_reaper const&) = delete;
+  ~cursor_reaper() { history_cursor::let_go_all(); }
+};
+
+thread_local cursor_reaper reaper;
+
+}  // namespace
+
+void history_cursor::forget(history_cursor& c, std::vector<history_ring*> const& alive) noexcept
+{
+  if (c.next_slot != nullptr && std::find(alive.begin(), alive.end(), c.ring) != alive.end()) {
+    c.ring->let_go(c);  // the pointer may name a newer ring at the same address: let_go checks
+  }
+  c = history_cursor{};
+}
+
+history_cursor& history_cursor::find(history_ring& ring) noexcept
+{
+  history_cursor* const table = cursors;
+  std::size_t i               = 0;
+  while (i < table_size && table[i].ring_id != ring.id_) { ++i; }
+  if (i == table_size) {  // a new ring for this thread: the least recently used entry goes
+    i = table_size - 1;
+    if (table[i].next_slot != nullptr) {  // still holds a chunk: let it go if its ring lives
+      ring_registry& r = registry();
+      std::lock_guard guard{r.lock};
+      forget(table[i], r.rings);
+    }
+    table[i]         = history_cursor{};
+    table[i].ring_id = ring.id_;
+    table[i].ring    = &ring;
+  }
+  history_cursor const found = table[i];
+  for (; i > 0; --i) { table[i] = table[i - 1]; }
+  table[0] = found;
+  return table[0];
+}
+
+void history_cursor::let_go_all() noexcept
+{
+  ring_registry& r = registry();
+  std::lock_guard guard{r.lock};
+  for (history_cursor& c : cursors) { forget(c, r.rings); }
+}
+
+history_ring::history_ring(std::size_t capacity)
+  : id_{next_ring_id.fetch_add(1, std::memory_order_relaxed)}, capacity_{capacity}
 {
   if (capacity == 0 || capacity > max_capacity) {
     throw std::invalid_argument{"asyncmr: a history of " + std::to_string(capacity) +
                                 " events: it must hold between 1 and " +
                                 std::to_string(max_capacity) + " events"};
   }
-  slots_ = std::make_unique<slot[]>(capacity);
+  // At least 64 chunks: a chunk each for many threads at once, with most of the ring cycling.
+  chunk_  = capacity < 1024 ? 1 : std::min(max_chunk, capacity / 64);
+  chunks_ = (capacity + chunk_ - 1) / chunk_;
+  slots_  = std::make_unique<slot[]>(chunks_ * chunk_);
+  states_ = std::make_unique<chunk_state[]>(chunks_);
+  ring_registry& r = registry();
+  std::lock_guard guard{r.lock};
+  r.rings.push_back(this);
+}
+
+history_ring::~history_ring()
+{
+  ring_registry& r = registry();
+  std::lock_guard guard{r.lock};
+  r.rings.erase(std::find(r.rings.begin(), r.rings.end(), this));
+}
+
+bool history_ring::claim(history_cursor& c) noexcept
+{
+  static_cast<void>(&reaper);  // this thread's chunks are let go when it ends
+  // A chunk a thread still holds (part-filled) is passed over; every chunk held: refused.
+  for (std::size_t tries = 0; tries < chunks_; ++tries) {
+    std::uint64_t const ticket = tickets_.fetch_add(1, std::memory_order_relaxed);
+    std::size_t const chunk    = static_cast<std::size_t>(ticket % chunks_);
+    if (!states_[chunk].held.exchange(true, std::memory_order_acquire)) {
+      c.next_slot  = &slots_[chunk * chunk_];
+      c.next_event = ticket * chunk_;
+      c.state      = &states_[chunk];
+      c.written    = c.state->written.load(std::memory_order_relaxed);
+      c.left       = chunk_;
+      return true;
+    }
+  }
+  return false;
+}
+
+void history_ring::let_go(history_cursor& c) noexcept
+{
+  if (c.ring_id != id_ || c.next_slot == nullptr) { return; }
+  c.state->held.store(false, std::memory_order_release);
+  c.next_slot = nullptr;
+}
+
+history_cursor* history_ring::place() noexcept
+{
+  history_cursor& c = history_cursor::find(*this);
+  if (c.next_slot == nullptr && !claim(c)) {
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  return &c;
 }
 
 void history_ring::record(history_event const& e) noexcept
 {
-  std::uint64_t const n = next_.fetch_add(1, std::memory_order_relaxed);
-  slot& s               = slots_[n % capacity_];
-  std::uint64_t held    = s.seq.load(std::memory_order_relaxed);
-  // Claim the slot unless another writer (a whole ring behind or ahead) holds it.
-  if ((held & 1) != 0 ||
-      !s.seq.compare_exchange_strong(held, 2 * n + 1, std::memory_order_acquire,
-                                     std::memory_order_relaxed)) {
-    busy_.fetch_add(1, std::memory_order_relaxed);
-    return;
+  // The thread's last ring, holding a chunk: nothing to look up or claim.
+  history_cursor* c = &cursors[0];
+  if (c->ring_id != id_ || c->next_slot == nullptr) [[unlikely]] {
+    c = place();
+    if (c == nullptr) { return; }
   }
-  std::uint64_t const values[fields] = {
-    e.time_ns, e.address, e.bytes, e.stream, e.reserved, e.used,
-    std::min(e.cached, cached_mask) | (std::uint64_t{static_cast<std::uint32_t>(e.action)} << action_shift)};
-  for (std::size_t i = 0; i < fields; ++i) { s.f[i].store(values[i], std::memory_order_relaxed); }
-  s.seq.store(2 * n + 2, std::memory_order_release);
+  slot& s                   = *c->next_slot;
+  std::uint64_t const event = c->next_event;
+  // The holder is this chunk's only writer: plain stores, ordered for a reader by the sequence.
+  s.seq.store(2 * event + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  // Field by field: copying the event whole first read it in 16-byte loads, which wait for the
+  // caller's 8-byte stores that just built it (a failed store forward).
+  s.f[0].store(e.time_ns, std::memory_order_relaxed);
+  s.f[1].store(e.address, std::memory_order_relaxed);
+  s.f[2].store(e.bytes, std::memory_order_relaxed);
+  s.f[3].store(e.stream, std::memory_order_relaxed);
+  s.f[4].store(e.reserved, std::memory_order_relaxed);
+  s.f[5].store(e.used, std::memory_order_relaxed);
+  s.f[6].store(std::min(e.cached, cached_mask) |
+                 (std::uint64_t{static_cast<std::uint32_t>(e.action)} << action_shift),
+               std::memory_order_relaxed);
+  s.seq.store(2 * event + 2, std::memory_order_release);
+  c->state->written.store(++c->written, std::memory_order_relaxed);
+  c->next_event = event + 1;
+  ++c->next_slot;
+  if (--c->left == 0) { let_go(*c); }
+}
+
+// Copies every whole event into `out` (when given); returns how many there are.
+std::size_t history_ring::whole_events(std::vector<history_event>* out) const
+{
+  std::size_t const slots = chunks_ * chunk_;
+  std::vector<std::uint64_t> numbers;  // each copied event's number, to order ties in time
+  if (out != nullptr) {
+    out->reserve(std::min<std::size_t>(slots, static_cast<std::size_t>(recorded())));
+    numbers.reserve(out->capacity());
+  }
+  std::size_t whole = 0;
+  for (std::size_t i = 0; i < slots; ++i) {
+    slot const& s         = slots_[i];
+    std::uint64_t const a = s.seq.load(std::memory_order_acquire);
+    if (a == 0 || (a & 1) != 0) { continue; }  // empty, or being written
+    std::uint64_t v[fields];
+    for (std::size_t k = 0; k < fields; ++k) { v[k] = s.f[k].load(std::memory_order_relaxed); }
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (s.seq.load(std::memory_order_relaxed) != a) { continue; }  // overwritten while read
+    ++whole;
+    if (out != nullptr) {
+      out->push_back({v[0], v[1], v[2], v[3], v[4], v[5], v[6] & cached_mask,
+                      static_cast<history_action>(v[6] >> action_shift)});
+      numbers.push_back(a / 2 - 1);
+    }
+  }
+  if (out == nullptr) { return std::min(whole, capacity_); }
+  std::vector<std::size_t> order(out->size());
+  for (std::size_t i = 0; i < order.size(); ++i) { order[i] = i; }
+  std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    auto const& ex = (*out)[x];
+    auto const& ey = (*out)[y];
+    return ex.time_ns != ey.time_ns ? ex.time_ns < ey.time_ns : numbers[x] < numbers[y];
+  });
+  // The newest capacity_ of them (the last chunk may hold a few more), oldest first.
+  std::size_t const first = order.size() > capacity_ ? order.size() - capacity_ : 0;
+  std::vector<history_event> sorted;
+  sorted.reserve(order.size() - first);
+  for (std::size_t i = first; i < order.size(); ++i) { sorted.push_back((*out)[order[i]]); }
+  *out = std::move(sorted);
+  return out->size();
 }
 
 std::vector<history_event> history_ring::events() const
 {
-  std::uint64_t const end   = next_.load(std::memory_order_acquire);
-  std::uint64_t const begin = end > capacity_ ? end - capacity_ : 0;
   std::vector<history_event> out;
-  out.reserve(static_cast<std::size_t>(end - begin));
-  for (std::uint64_t n = begin; n < end; ++n) {
-    slot const& s         = slots_[n % capacity_];
-    std::uint64_t const a = s.seq.load(std::memory_order_acquire);
-    if (a != 2 * n + 2) { continue; }  // not written yet, being written, or overwritten
-    std::uint64_t v[fields];
-    for (std::size_t i = 0; i < fields; ++i) { v[i] = s.f[i].load(std::memory_order_relaxed); }
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (s.seq.load(std::memory_order_relaxed) != a) { continue; }  // overwritten while read
-    out.push_back({v[0], v[1], v[2], v[3], v[4], v[5], v[6] & cached_mask,
-                   static_cast<history_action>(v[6] >> action_shift)});
-  }
+  whole_events(&out);
   return out;
+}
+
+std::vector<history_event> history_ring::events(std::uint64_t& dropped) const
+{
+  std::vector<history_event> out;
+  std::uint64_t const offered = recorded();
+  whole_events(&out);
+  dropped = offered > out.size() ? offered - out.size() : 0;
+  return out;
+}
+
+std::uint64_t history_ring::recorded() const noexcept
+{
+  std::uint64_t n = refused_.load(std::memory_order_relaxed);
+  for (std::size_t i = 0; i < chunks_; ++i) { n += states_[i].written.load(std::memory_order_relaxed); }
+  return n;
 }
 
 std::uint64_t history_ring::dropped() const noexcept
 {
-  std::uint64_t const n = next_.load(std::memory_order_relaxed);
-  return (n > capacity_ ? n - capacity_ : 0) + busy_.load(std::memory_order_relaxed);
+  std::uint64_t const offered = recorded();
+  std::size_t const whole     = whole_events(nullptr);  // allocates nothing: cannot throw
+  return offered > whole ? offered - whole : 0;
 }
 
 }  // namespace asyncmr::detail

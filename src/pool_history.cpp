@@ -16,10 +16,10 @@ namespace asyncmr::detail {
 
 namespace {
 
-// A ring's events with their stamps in steady_clock nanoseconds.
-std::vector<history_event> events_in_ns(history_ring const& ring)
+// A ring's events with their stamps in steady_clock nanoseconds; `dropped`: the events it lost.
+std::vector<history_event> events_in_ns(history_ring const& ring, std::uint64_t& dropped)
 {
-  std::vector<history_event> events = ring.events();
+  std::vector<history_event> events = ring.events(dropped);
   history_stamp_converter const to_ns;
   for (history_event& e : events) { e.time_ns = to_ns(e.time_ns); }
   return events;
@@ -61,8 +61,7 @@ std::vector<history_event> pool_resource_base::stop_history(std::uint64_t& dropp
   if (ring == nullptr) {
     throw std::logic_error{"asyncmr: no history is being recorded on this resource"};
   }
-  dropped = ring->dropped();
-  return events_in_ns(*ring);  // a writer that loaded the ring before the exchange may add one
+  return events_in_ns(*ring, dropped);  // a writer that loaded the ring before may add one
 }
 
 std::vector<history_event> pool_resource_base::read_history(std::uint64_t& dropped) const
@@ -72,8 +71,7 @@ std::vector<history_event> pool_resource_base::read_history(std::uint64_t& dropp
   if (ring == nullptr) {
     throw std::logic_error{"asyncmr: no history is being recorded on this resource"};
   }
-  dropped = ring->dropped();
-  return events_in_ns(*ring);
+  return events_in_ns(*ring, dropped);
 }
 
 bool pool_resource_base::recording_history() const noexcept

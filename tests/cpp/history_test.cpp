@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -135,6 +136,124 @@ TEST(HistoryRing, ManyWritersAndAReaderSeeOnlyWholeEvents)
   EXPECT_EQ(torn.load(), 0U);
   EXPECT_EQ(ring.recorded(), threads * per_thread);
   EXPECT_LE(ring.events().size(), 1024U);
+}
+
+// Rings of 1024 events and up are cut in chunks a thread holds and fills alone.
+TEST(HistoryRing, ChunksAreSizedByTheRing)
+{
+  EXPECT_EQ(history_ring{8}.chunk_events(), 1U);
+  EXPECT_EQ(history_ring{1023}.chunk_events(), 1U);
+  EXPECT_EQ(history_ring{1024}.chunk_events(), 16U);
+  EXPECT_EQ(history_ring{65536}.chunk_events(), history_ring::max_chunk);
+}
+
+// A chunked ring, full, keeps its newest `capacity` events in order and counts the rest.
+TEST(HistoryRing, AFullChunkedRingKeepsTheNewestInOrder)
+{
+  history_ring ring{1000 + 1024};  // not a whole number of chunks
+  std::uint64_t const n = 10'000;
+  for (std::uint64_t i = 0; i < n; ++i) { ring.record(event(i)); }
+  std::uint64_t dropped = 0;
+  auto const events     = ring.events(dropped);
+  ASSERT_EQ(events.size(), ring.capacity());
+  EXPECT_EQ(events.front().time_ns, n - ring.capacity());
+  EXPECT_EQ(events.back().time_ns, n - 1);
+  for (std::size_t i = 1; i < events.size(); ++i) { ASSERT_EQ(events[i].time_ns, events[i - 1].time_ns + 1); }
+  EXPECT_EQ(dropped, n - ring.capacity());
+  EXPECT_EQ(ring.dropped(), dropped);
+  EXPECT_EQ(ring.recorded(), n);
+}
+
+// A thread that stops part-way through its chunk keeps those events (read back first: they are
+// the oldest) and the chunk's other slots unused; once it ends, its chunk goes back to the ring
+// and newer events overwrite them.
+TEST(HistoryRing, AQuietThreadKeepsItsChunkUntilItEnds)
+{
+  history_ring ring{1024};  // 64 chunks of 16
+  std::atomic<int> stage{0};
+  std::thread quiet{[&] {
+    for (std::uint64_t i = 0; i < 3; ++i) { ring.record(event(i)); }
+    stage = 1;
+    while (stage.load() != 2) { std::this_thread::yield(); }
+  }};
+  while (stage.load() != 1) { std::this_thread::yield(); }
+  for (std::uint64_t i = 100; i < 100 + 4 * 1024; ++i) { ring.record(event(i)); }
+  auto const kept = ring.events();
+  stage           = 2;
+  quiet.join();
+  ASSERT_EQ(kept.size(), 1024U - 13) << "63 chunks of the newest, and the quiet thread's 3";
+  EXPECT_EQ(kept[0].time_ns, 0U);
+  EXPECT_EQ(kept[2].time_ns, 2U);
+  EXPECT_EQ(kept[3].time_ns, 100U + 4 * 1024 - 1008) << "then the newest, in order";
+  EXPECT_EQ(kept.back().time_ns, 100U + 4 * 1024 - 1);
+  for (std::uint64_t i = 10'000; i < 10'000 + 2 * 1024; ++i) { ring.record(event(i)); }
+  auto const after = ring.events();
+  ASSERT_EQ(after.size(), 1024U);
+  EXPECT_EQ(after.front().time_ns, 10'000U + 1024) << "the ended thread's chunk was reused";
+  EXPECT_EQ(ring.recorded(), 3U + 4 * 1024 + 2 * 1024);
+  EXPECT_EQ(ring.dropped(), ring.recorded() - 1024);
+}
+
+// Threads that each record a little and end (a pool that churns threads) give their chunks
+// back: far more threads than the ring has chunks lose nothing but the oldest.
+TEST(HistoryRing, ThreadsThatEndGiveTheirChunksBack)
+{
+  history_ring ring{1024};  // 64 chunks of 16
+  for (std::uint64_t t = 0; t < 200; ++t) {
+    std::thread{[&ring, t] { ring.record(event(t)); }}.join();
+  }
+  for (std::uint64_t i = 1000; i < 1000 + 1024; ++i) { ring.record(event(i)); }
+  EXPECT_EQ(ring.recorded(), 200U + 1024);
+  auto const events = ring.events();
+  ASSERT_EQ(events.size(), 1024U);
+  EXPECT_EQ(events.front().time_ns, 1000U) << "every chunk an ended thread held was reused";
+  EXPECT_EQ(ring.dropped(), 200U);
+}
+
+// One thread recording into more rings than it keeps places for (8), in turn: every ring gets
+// every event, and rings that come and go (at one address, often) start afresh.
+TEST(HistoryRing, OneThreadRecordsIntoManyRingsInTurn)
+{
+  std::vector<std::unique_ptr<history_ring>> rings;
+  for (int r = 0; r < 11; ++r) { rings.push_back(std::make_unique<history_ring>(4096)); }
+  for (std::uint64_t i = 0; i < 100; ++i) {
+    for (auto& ring : rings) { ring->record(event(i)); }
+  }
+  for (auto& ring : rings) {
+    std::uint64_t dropped = 1;
+    auto const events     = ring->events(dropped);
+    ASSERT_EQ(events.size(), 100U);
+    EXPECT_EQ(dropped, 0U);
+    for (std::uint64_t i = 0; i < 100; ++i) { EXPECT_EQ(events[i].time_ns, i); }
+  }
+  for (int round = 0; round < 20; ++round) {
+    history_ring ring{4096};
+    ring.record(event(1));
+    ring.record(event(2));
+    EXPECT_EQ(ring.events().size(), 2U);
+    EXPECT_EQ(ring.dropped(), 0U);
+  }
+}
+
+// Chunks of one slot (a small ring) claimed by many threads at once: whole events only, every
+// event counted, the ring full at the end.
+TEST(HistoryRing, ManyWritersOnASmallRingSeeOnlyWholeEvents)
+{
+  history_ring ring{64};
+  constexpr int threads             = 8;
+  constexpr std::uint64_t per_thread = 20000;
+  std::vector<std::thread> writers;
+  for (int t = 0; t < threads; ++t) {
+    writers.emplace_back([&ring, t] {
+      for (std::uint64_t i = 0; i < per_thread; ++i) { ring.record(event(t * per_thread + i)); }
+    });
+  }
+  for (auto& w : writers) { w.join(); }
+  auto const events = ring.events();
+  EXPECT_EQ(events.size(), 64U);
+  for (auto const& e : events) { EXPECT_EQ(e.address, e.time_ns * 256); }
+  EXPECT_EQ(ring.recorded(), threads * per_thread);
+  EXPECT_EQ(ring.dropped(), threads * per_thread - 64);
 }
 
 }  // namespace
