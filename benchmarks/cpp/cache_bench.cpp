@@ -27,7 +27,7 @@
  *     else steady_clock) and history_ring::record into a ring as large as a recording round's
  *     ("calls_per_recorded_pair": twice each, an allocation and a free); beside them the stamp
  *     the recorder does not make on this machine (listed in "recording_candidates"); "meta"
- *     names the kernel's clocksource and the stamp made ("history_stamp").
+ *     names the kernel's clocksource, the stamp made ("history_stamp") and the CPU ("cpu").
  *   - "resources": what each kind measured.
  *   - "threads": T threads (8), each on its own stream, released together, hit pairs of one size
  *     on ONE cached pinned resource; the same loop on 1 thread in the same round; aggregate
@@ -242,6 +242,27 @@ way_rounds measure_pairs(kind_subject const& k,
       check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     }
   }
+  return out;
+}
+
+// The host CPU's model name (/proc/cpuinfo), empty where there is none: what a locked
+// instruction or a time-stamp-counter read costs depends on it.
+std::string cpu_model()
+{
+  std::FILE* f = std::fopen("/proc/cpuinfo", "r");
+  if (f == nullptr) { return {}; }
+  char line[256];
+  std::string out;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    std::string const l{line};
+    if (l.rfind("model name", 0) == 0 && l.find(':') != std::string::npos) {
+      out = l.substr(l.find(':') + 1);
+      break;
+    }
+  }
+  std::fclose(f);
+  while (!out.empty() && (out.front() == ' ' || out.front() == '\t')) { out.erase(0, 1); }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) { out.pop_back(); }
   return out;
 }
 
@@ -820,6 +841,7 @@ int main(int argc, char** argv)
       << ",\"runtime\":" << versions.runtime << ",\"variant\":\"cu" << versions.runtime / 1000
       << "\",\"hardware_concurrency\":" << cores << ",\"clock\":\"steady_clock\""
       << ",\"clocksource\":\"" << json_escape(clocksource()) << "\""
+      << ",\"cpu\":\"" << json_escape(cpu_model()) << "\""
       << ",\"history_stamp\":\""
       << (asyncmr::detail::history_stamps_are_ticks() ? "tsc" : "steady_clock") << "\""
       << ",\"optimized\":" << (asyncmr_bench::built_optimized ? "true" : "false") << "}";
