@@ -19,7 +19,8 @@
 #             shares of its test files, for hosts that limit one command's time: on the H200 the
 #             second of 2 shares ran past 10 minutes, in the shadow model at 300 operations a
 #             thread, and past 7 at 60; at 20 its four threads stopped making progress while
-#             one thread ended in 2.7 s: it runs one thread of 300, its patterns over 16 KiB)
+#             one thread ended in 2.7 s: it runs one thread of 300, its patterns over 16 KiB,
+#             then four threads of 60 with release_gil="always")
 #   tsan      the C++ suite built with ThreadSanitizer (-DASYNCMR_SANITIZE=thread) and run
 #   sanitizer memcheck and tsan
 #   cu12      asyncmr-cu12 built from source into its own site (/tmp/site12, never mixed with
@@ -292,16 +293,23 @@ if has memcheck; then
   # with its stack and the rest go on: one slow test must not spend the share.
   per_test=()
   python3 -c 'import pytest_timeout' 2>/dev/null && per_test=(--timeout "${MEMCHECK_TEST_TIMEOUT:-300}")
-  # The cache model runs on one thread here: on the H200 (2026-12-02) its four threads under
-  # memcheck stopped making progress within a minute (three in CuPy kernel launches, one in a
-  # front-cache free) at 20 operations each, while one thread ended in 2.7 s; its threads are
-  # checked by the plain run and TSan, and ASYNCMR_MODEL_RELEASE_GIL=always is the next thing to
-  # try (whether it is the GIL a free holds across its driver calls).
+  # The cache model runs on one thread in the share: on the H200 (2026-12-02) its four threads
+  # under memcheck stopped making progress within a minute (three in CuPy kernel launches, one in
+  # a front-cache free) at 20 operations each, while one thread ended in 2.7 s. With every
+  # resource's release_gil="always" four threads of 20 ended in 1.8 s with no error: what stalls
+  # is the GIL a free holds across its driver calls ("auto"), which the sanitizer makes long. So
+  # the model's threads run under memcheck that way, after the share.
+  mc=(compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9
+      --target-processes all python3 -m pytest -q -rs -p no:cacheprovider)
   [ ${#picked[@]} -gt 0 ] && ASYNCMR_UNDER_SANITIZER=1 ASYNCMR_STRESS_OPS=300 ASYNCMR_MODEL_OPS=300 \
     ASYNCMR_MODEL_THREADS=1 \
-    ASYNCMR_CAPTURE_CYCLES=200 run memcheck compute-sanitizer \
-    --tool memcheck --report-api-errors no --error-exitcode 9 --target-processes all \
-    python3 -m pytest "${picked[@]}" -q -rs -p no:cacheprovider -m "not soak" "${per_test[@]}"
+    ASYNCMR_CAPTURE_CYCLES=200 run memcheck "${mc[@]}" "${picked[@]}" -m "not soak" "${per_test[@]}"
+  model=tests/reliability/test_reliability_cache_model.py
+  case " ${picked[*]} " in
+    *" $model "*) ASYNCMR_UNDER_SANITIZER=1 ASYNCMR_MODEL_OPS=60 ASYNCMR_MODEL_THREADS=4 \
+        ASYNCMR_MODEL_RELEASE_GIL=always run memcheck-model-threads "${mc[@]}" "$model" \
+        "${per_test[@]}" ;;
+  esac
 fi
 
 if has tsan; then

@@ -17,10 +17,11 @@ default: theirs),
 ASYNCMR_STRESS_SEED. Under compute-sanitizer (ASYNCMR_UNDER_SANITIZER=1) every fill, check and
 graph launch is instrumented: there the pattern covers each block's first 16 KiB only (a block
 two owners wrote still shows it there, and memcheck itself sees any access outside a block), and
-ci/gpu.sh's memcheck stage runs one thread of 300 operations (with four threads, at 300 the test
-had not ended after 9 minutes on the H200, at 60 with whole-block patterns it was still running
-after 2 minutes, and at 20 it stopped making progress within a minute; one thread of 20 ended in
-2.7 s).
+ci/gpu.sh's memcheck stage runs one thread of 300 operations, then four threads of 60 with
+``release_gil="always"`` (with four threads and the resources' own ``release_gil``, at 300 the
+test had not ended after 9 minutes on the H200, at 60 it was still running after 2 minutes, and
+at 20 it stopped making progress within a minute; with ``"always"`` four threads of 20 ended in
+1.8 s with no memcheck error, 2026-12-02).
 """
 
 from __future__ import annotations
@@ -280,5 +281,8 @@ def test_the_front_cache_against_a_shadow_model(gpu, kernels, cp):
         assert mr.cache_info["blocks"] == 0 and mr.cache_info["parked_blocks"] == 0, kind
         if not h.UNDER_SANITIZER:  # memcheck holds freed blocks back
             assert mr.attributes.used_mem_current == 0, (kind, mr.attributes.used_mem_current)
-    assert counts["allocs"] > 100 and counts["graphs"] > 0 and counts["refusals"] > 0, counts
+    # About half the operations allocate: a floor that a short run (the memcheck stage's four
+    # threads of 60) reaches too.
+    assert counts["allocs"] > min(100, OPS * THREADS // 4), counts
+    assert counts["graphs"] > 0 and counts["refusals"] > 0, counts
     h.record("cache model", "cache model: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
