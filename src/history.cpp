@@ -165,7 +165,6 @@ struct history_cursor {
   history_ring::slot* next_slot;  // null: no chunk held
   std::uint64_t next_event;       // the number the next event gets (unique: tickets are)
   history_ring::chunk_state* state;
-  std::uint64_t written;  // the chunk's count of events ever written, as this thread wrote it
   std::size_t left;       // slots left in the chunk
 
   // This thread's cursor for `ring`, moved to the front (a ninth ring: the oldest goes).
@@ -264,8 +263,16 @@ bool history_ring::claim(history_cursor& c) noexcept
       c.next_slot  = &slots_[chunk * chunk_];
       c.next_event = ticket * chunk_;
       c.state      = &states_[chunk];
-      c.written    = c.state->written.load(std::memory_order_relaxed);
       c.left       = chunk_;
+      c.state->first.store(c.next_event, std::memory_order_relaxed);
+      // Ask for the chunk's lines for writing now: its events come between the resource's
+      // driver calls, which push the ring's lines out of the near caches, and a store to a line
+      // not held waits for it (PREFETCHW: a no-op on a CPU without it).
+#if defined(__x86_64__)
+      for (std::size_t i = 0; i < chunk_; ++i) {
+        asm volatile("prefetchw %0" : : "m"(*reinterpret_cast<char const*>(c.next_slot + i)));
+      }
+#endif
       return true;
     }
   }
@@ -275,6 +282,9 @@ bool history_ring::claim(history_cursor& c) noexcept
 void history_ring::let_go(history_cursor& c) noexcept
 {
   if (c.ring_id != id_ || c.next_slot == nullptr) { return; }
+  std::uint64_t const n = chunk_ - c.left;  // events this claim wrote
+  c.state->written.store(c.state->written.load(std::memory_order_relaxed) + n,
+                         std::memory_order_relaxed);
   c.state->held.store(false, std::memory_order_release);
   c.next_slot = nullptr;
 }
@@ -314,7 +324,6 @@ void history_ring::record(history_event const& e) noexcept
                  (std::uint64_t{static_cast<std::uint32_t>(e.action)} << action_shift),
                std::memory_order_relaxed);
   s.seq.store(2 * event + 2, std::memory_order_release);
-  c->state->written.store(++c->written, std::memory_order_relaxed);
   c->next_event = event + 1;
   ++c->next_slot;
   if (--c->left == 0) { let_go(*c); }
@@ -381,7 +390,16 @@ std::vector<history_event> history_ring::events(std::uint64_t& dropped) const
 std::uint64_t history_ring::recorded() const noexcept
 {
   std::uint64_t n = refused_.load(std::memory_order_relaxed);
-  for (std::size_t i = 0; i < chunks_; ++i) { n += states_[i].written.load(std::memory_order_relaxed); }
+  for (std::size_t i = 0; i < chunks_; ++i) {
+    chunk_state const& state = states_[i];
+    n += state.written.load(std::memory_order_relaxed);
+    if (!state.held.load(std::memory_order_acquire)) { continue; }
+    // The claim holding it: its events are the slots numbered from its first on.
+    std::uint64_t const first = state.first.load(std::memory_order_relaxed);
+    for (std::size_t k = 0; k < chunk_; ++k) {
+      if (slots_[i * chunk_ + k].seq.load(std::memory_order_relaxed) > 2 * first) { ++n; }
+    }
+  }
   return n;
 }
 

@@ -135,7 +135,9 @@ class history_ring {
   static_assert(sizeof(slot) == 64);
   struct alignas(64) chunk_state {
     std::atomic<bool> held{false};
-    // Events ever written into this chunk: written by its holder only (a plain store).
+    std::atomic<std::uint64_t> first{0};  // the first event number of the claim holding it
+    // Events written into this chunk by claims that let it go: added by the holder as it lets
+    // go (the claim holding it now is counted from its slots), so an event touches no count.
     std::atomic<std::uint64_t> written{0};
   };
 
