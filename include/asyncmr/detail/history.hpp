@@ -13,8 +13,8 @@
  * events it records into it with plain stores, alone, until the chunk is full; then it lets the
  * chunk go and claims the next. Each slot is a sequence lock (odd while its writer writes, then
  * the event's number), so a reader copies only whole events. An event therefore costs no
- * locked instruction: on the H200 host two of them per event (a ticket and a slot claim) were
- * most of what recording added to a cached pair.
+ * locked instruction: one write alone took 7.65 ns on the H200 host against 23.2 ns with a
+ * ticket and a slot claim per event (cache_bench, 2026-12-03 and 2026-12-02).
  *
  * When the ring is full a claimed chunk overwrites the oldest events; `dropped()` counts what was
  * overwritten or not written (every chunk held: more threads writing at once than chunks). A
