@@ -18,6 +18,9 @@
  *                  stream). "cache" holds the cache's counters afterwards (hits, misses).
  *       "uncached_recording", "cached_recording" (in "rounds_ns"): the same two while the
  *                  resource records its allocation history (record_history's C++ side).
+ *       "cached_stamped", "cached_stamped_written" (in "rounds_ns"): the cached way with an
+ *                  event's stamp (and its ring write) made beside each call, by the loop: what a
+ *                  recording is made of in the company of the pair's driver calls.
  *   - "calls": ns per call of what a hit adds besides the cache itself, each alone:
  *     the driver's cuStreamIsCapturing and cuStreamGetId (each made once per allocate and once
  *     per deallocate), cuEventRecord (the marker a put records), cuStreamQuery (not made: the
@@ -195,6 +198,7 @@ kind_subject make_kind(std::string kind, std::string resource, Options options, 
 /// "recording" ways: the same resources with an allocation history being recorded).
 struct way_rounds {
   std::vector<double> floor, uncached, cached, uncached_recording, cached_recording;
+  std::vector<double> cached_stamped, cached_stamped_written;  // the recording's parts, beside
 };
 
 /// A round of `resource` while it records its history (the ring holds the whole round).
@@ -211,6 +215,41 @@ double recording_round(asyncmr::detail::pool_resource_base& resource,
   return ns;
 }
 
+/// A cached round with what a recording adds to each event made beside the resource, not by it:
+/// a stamp before each allocate and each deallocate returns (`write`: and a ring write, into a
+/// fresh ring as large as recording_round's). What the recording costs above this is the
+/// resource's own bookkeeping (pool_resource_base::note); what this costs above the plain round
+/// is the stamps and writes in the company of the pair's driver calls, not alone ("calls").
+double beside_round(rmm::device_async_resource_ref ref,
+                    cudaStream_t stream,
+                    std::size_t bytes,
+                    int pairs,
+                    bool write)
+{
+  asyncmr::detail::history_ring ring{static_cast<std::size_t>(4 * pairs + 64)};
+  asyncmr::detail::history_event e{};
+  e.action = asyncmr::detail::history_action::cache_hit;
+  e.bytes  = bytes;
+  e.stream = reinterpret_cast<std::uintptr_t>(stream);
+  cuda::stream_ref const s{stream};
+  std::uint64_t acc = 0;
+  auto const t0     = clock_type::now();
+  for (int i = 0; i < pairs; ++i) {
+    void* p   = ref.allocate(s, bytes, rmm::CUDA_ALLOCATION_ALIGNMENT);
+    e.time_ns = asyncmr::detail::history_stamp();
+    e.address = reinterpret_cast<std::uintptr_t>(p);
+    if (write) { ring.record(e); }
+    acc += e.time_ns;
+    ref.deallocate(s, p, bytes, rmm::CUDA_ALLOCATION_ALIGNMENT);
+    e.time_ns = asyncmr::detail::history_stamp();
+    if (write) { ring.record(e); }
+    acc += e.time_ns;
+  }
+  double const ns = since_ns(t0) / pairs;
+  sink.store(acc + ring.recorded(), std::memory_order_relaxed);
+  return ns;
+}
+
 way_rounds measure_pairs(kind_subject const& k,
                          cudaStream_t stream,
                          std::size_t bytes,
@@ -222,7 +261,7 @@ way_rounds measure_pairs(kind_subject const& k,
   ref_round(*k.cached, stream, bytes, p.warmup);
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   way_rounds out;
-  constexpr int way_count = 5;
+  constexpr int way_count = 7;
   std::function<void()> const ways[way_count] = {
     [&] { out.floor.push_back(floor_round(k.pool, stream, bytes, p.pairs)); },
     [&] { out.uncached.push_back(ref_round(*k.plain, stream, bytes, p.pairs)); },
@@ -234,6 +273,10 @@ way_rounds measure_pairs(kind_subject const& k,
     [&] {
       out.cached_recording.push_back(
         recording_round(*k.cached_keep, *k.cached, stream, bytes, p.pairs));
+    },
+    [&] { out.cached_stamped.push_back(beside_round(*k.cached, stream, bytes, p.pairs, false)); },
+    [&] {
+      out.cached_stamped_written.push_back(beside_round(*k.cached, stream, bytes, p.pairs, true));
     },
   };
   for (int r = 0; r < p.rounds; ++r) {
@@ -740,6 +783,10 @@ int main(int argc, char** argv)
         write_rounds(os, r.uncached_recording);
         os << ",\"cached_recording\":";
         write_rounds(os, r.cached_recording);
+        os << ",\"cached_stamped\":";
+        write_rounds(os, r.cached_stamped);
+        os << ",\"cached_stamped_written\":";
+        write_rounds(os, r.cached_stamped_written);
         os << "}}";
       } catch (std::exception const& e) {
         errors["pairs:" + k.kind + "@" + std::to_string(bytes)] = e.what();

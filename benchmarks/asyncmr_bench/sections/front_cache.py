@@ -286,6 +286,13 @@ def show(res: dict) -> None:
                 print(f"  recording adds {added:.1f} ns to a pinned {fmt_size(sizes[0])} {way} "
                       f"pair (median of per-round differences); the stamps and ring writes "
                       f"alone are {floor:.1f} ns of it")
+        stamped = median_difference(rn.get("cached_stamped") or [], rn.get("cached") or [])
+        written = median_difference(rn.get("cached_stamped_written") or [],
+                                    rn.get("cached") or [])
+        if stamped is not None and written is not None:
+            print(f"  made beside a cached pair by the loop, not by the resource: the two "
+                  f"stamps add {stamped:.1f} ns, the stamps and ring writes {written:.1f} ns "
+                  "(the rest of what recording adds: the resource's bookkeeping of each event)")
     th = cpp.get("threads", {})
     n = str(th.get("threads", 8))
     rows = []
