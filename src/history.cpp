@@ -91,9 +91,11 @@ void read_pair(std::uint64_t& ticks, std::uint64_t& ns) noexcept
 
 bool history_stamps_are_ticks() noexcept { return reference().ticks; }
 
-std::uint64_t history_stamp() noexcept
+std::uint64_t history_stamp_first() noexcept
 {
-  return reference().ticks ? read_ticks() : history_now_ns();
+  bool const ticks = reference().ticks;  // the reference is taken before any stamp is read
+  history_stamp_kind.store(ticks ? 1 : 2, std::memory_order_relaxed);
+  return ticks ? read_ticks() : history_now_ns();
 }
 
 history_stamp_converter::history_stamp_converter() noexcept

@@ -67,9 +67,25 @@ struct history_event {
 /// 16 ns for the raw counter). Otherwise stamps are steady_clock nanoseconds. Decided once.
 [[nodiscard]] bool history_stamps_are_ticks() noexcept;
 
+/// @brief What history_stamp reads: 0 not decided yet, 1 the time-stamp counter, 2 steady_clock.
+/// Set once, by the first stamp (history_stamp_first), and never again.
+inline std::atomic<unsigned char> history_stamp_kind{0};
+
+/// @brief Decides the stamp's kind (history_stamp_kind), then stamps: the first stamp's path.
+[[nodiscard]] std::uint64_t history_stamp_first() noexcept;
+
 /// @brief The stamp an event gets: a time-stamp-counter read or steady_clock nanoseconds (see
 /// history_stamps_are_ticks). Monotonic; history_stamp_converter turns it into nanoseconds.
-[[nodiscard]] std::uint64_t history_stamp() noexcept;
+/// Inline, and one relaxed load of the kind before the read: no call, no static's guard.
+[[nodiscard]] inline std::uint64_t history_stamp() noexcept
+{
+  unsigned char const kind = history_stamp_kind.load(std::memory_order_relaxed);
+#if defined(__x86_64__)
+  if (kind == 1) [[likely]] { return __builtin_ia32_rdtsc(); }
+#endif
+  if (kind == 2) { return history_now_ns(); }
+  return history_stamp_first();
+}
 
 /// @brief Converts stamps to steady_clock nanoseconds. Ticks are scaled by the rate measured
 /// between a reference taken at the process's first stamp and the converter's making (both
