@@ -332,12 +332,13 @@ void history_ring::record(history_event const& e) noexcept
 }
 
 // Copies every whole event into `out` (when given); returns how many there are.
-std::size_t history_ring::whole_events(std::vector<history_event>* out) const
+std::size_t history_ring::whole_events(std::vector<history_event>* out,
+                                       std::uint64_t offered) const
 {
   std::size_t const slots = chunks_ * chunk_;
   std::vector<std::uint64_t> numbers;  // each copied event's number, to order ties in time
   if (out != nullptr) {
-    out->reserve(std::min<std::size_t>(slots, static_cast<std::size_t>(recorded())));
+    out->reserve(std::min<std::size_t>(slots, static_cast<std::size_t>(offered)));
     numbers.reserve(out->capacity());
   }
   std::size_t whole = 0;
@@ -376,7 +377,7 @@ std::size_t history_ring::whole_events(std::vector<history_event>* out) const
 std::vector<history_event> history_ring::events() const
 {
   std::vector<history_event> out;
-  whole_events(&out);
+  whole_events(&out, recorded());
   return out;
 }
 
@@ -384,7 +385,7 @@ std::vector<history_event> history_ring::events(std::uint64_t& dropped) const
 {
   std::vector<history_event> out;
   std::uint64_t const offered = recorded();
-  whole_events(&out);
+  whole_events(&out, offered);
   dropped = offered > out.size() ? offered - out.size() : 0;
   return out;
 }
@@ -408,7 +409,7 @@ std::uint64_t history_ring::recorded() const noexcept
 std::uint64_t history_ring::dropped() const noexcept
 {
   std::uint64_t const offered = recorded();
-  std::size_t const whole     = whole_events(nullptr);  // allocates nothing: cannot throw
+  std::size_t const whole     = whole_events(nullptr, 0);  // allocates nothing: cannot throw
   return offered > whole ? offered - whole : 0;
 }
 

@@ -160,7 +160,9 @@ class history_ring {
   bool claim(history_cursor& cursor) noexcept;
   void let_go(history_cursor& cursor) noexcept;
   history_cursor* place() noexcept;  // the cursor with a chunk held; null: refused
-  std::size_t whole_events(std::vector<history_event>* out) const;
+  // The whole events (copied into `out`, sorted, when it is given; `offered`: recorded() read
+  // by the caller, the room to reserve) and how many of them count (at most capacity_).
+  std::size_t whole_events(std::vector<history_event>* out, std::uint64_t offered) const;
 
   std::uint64_t id_;  // unique in the process: a thread's cursor names its ring by it
   std::size_t capacity_;
