@@ -156,29 +156,9 @@ std::atomic<std::uint64_t> next_ring_id{1};
 
 }  // namespace
 
-// What a thread knows of one ring it records into: the chunk it holds and the next slot in it.
-// Plain thread-local data (no guard on the path of an event); a thread keeps `table_size` of
-// them, the most recently used first, and lets the last go when a new ring comes.
-struct history_cursor {
-  static constexpr std::size_t table_size = 8;
-
-  std::uint64_t ring_id;          // 0: unused
-  history_ring* ring;             // dereferenced by its own record(), or under the registry lock
-  history_ring::slot* next_slot;  // null: no chunk held
-  std::uint64_t next_event;       // the number the next event gets (unique: tickets are)
-  history_ring::chunk_state* state;
-  std::size_t left;       // slots left in the chunk
-
-  // This thread's cursor for `ring`, moved to the front (a ninth ring: the oldest goes).
-  static history_cursor& find(history_ring& ring) noexcept;
-  static void let_go_all() noexcept;
-  // Lets go of `c`'s chunk if its ring is among `alive` (under the registry's lock); clears c.
-  static void forget(history_cursor& c, std::vector<history_ring*> const& alive) noexcept;
-};
+constinit thread_local history_cursor history_cursors[history_cursor::table_size] = {};
 
 namespace {
-
-thread_local history_cursor cursors[history_cursor::table_size] = {};
 
 // Constructed by a thread's first claim; lets the thread's chunks go when the thread ends.
 struct cursor_reaper {
@@ -202,7 +182,7 @@ void history_cursor::forget(history_cursor& c, std::vector<history_ring*> const&
 
 history_cursor& history_cursor::find(history_ring& ring) noexcept
 {
-  history_cursor* const table = cursors;
+  history_cursor* const table = history_cursors;
   std::size_t i               = 0;
   while (i < table_size && table[i].ring_id != ring.id_) { ++i; }
   if (i == table_size) {  // a new ring for this thread: the least recently used entry goes
@@ -226,7 +206,7 @@ void history_cursor::let_go_all() noexcept
 {
   ring_registry& r = registry();
   std::lock_guard guard{r.lock};
-  for (history_cursor& c : cursors) { forget(c, r.rings); }
+  for (history_cursor& c : history_cursors) { forget(c, r.rings); }
 }
 
 history_ring::history_ring(std::size_t capacity)
@@ -301,35 +281,6 @@ history_cursor* history_ring::place() noexcept
   return &c;
 }
 
-void history_ring::record(history_event const& e) noexcept
-{
-  // The thread's last ring, holding a chunk: nothing to look up or claim.
-  history_cursor* c = &cursors[0];
-  if (c->ring_id != id_ || c->next_slot == nullptr) [[unlikely]] {
-    c = place();
-    if (c == nullptr) { return; }
-  }
-  slot& s                   = *c->next_slot;
-  std::uint64_t const event = c->next_event;
-  // The holder is this chunk's only writer: plain stores, ordered for a reader by the sequence.
-  s.seq.store(2 * event + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  // Field by field: copying the event whole first read it in 16-byte loads, which wait for the
-  // caller's 8-byte stores that just built it (a failed store forward).
-  s.f[0].store(e.time_ns, std::memory_order_relaxed);
-  s.f[1].store(e.address, std::memory_order_relaxed);
-  s.f[2].store(e.bytes, std::memory_order_relaxed);
-  s.f[3].store(e.stream, std::memory_order_relaxed);
-  s.f[4].store(e.reserved, std::memory_order_relaxed);
-  s.f[5].store(e.used, std::memory_order_relaxed);
-  s.f[6].store(std::min(e.cached, cached_mask) |
-                 (std::uint64_t{static_cast<std::uint32_t>(e.action)} << action_shift),
-               std::memory_order_relaxed);
-  s.seq.store(2 * event + 2, std::memory_order_release);
-  c->next_event = event + 1;
-  ++c->next_slot;
-  if (--c->left == 0) { let_go(*c); }
-}
 
 // Copies every whole event into `out` (when given); returns how many there are.
 std::size_t history_ring::whole_events(std::vector<history_event>* out,

@@ -121,7 +121,8 @@ class history_ring {
   history_ring& operator=(history_ring const&) = delete;
 
   /// @brief Adds an event; never allocates, locks or waits (a thread's first event in a ring,
-  /// and every `chunk_events()`-th, claims a chunk: two atomic instructions).
+  /// and every `chunk_events()`-th, claims a chunk: two atomic instructions). Inline: a caller
+  /// that builds the event in place stores its fields straight into the slot.
   void record(history_event const& event) noexcept;
   /// @brief The newest `capacity()` whole events in the ring now, in time order (by stamp; one
   /// thread's events in the order it recorded them).
@@ -173,5 +174,58 @@ class history_ring {
   alignas(64) std::atomic<std::uint64_t> tickets_{0};
   std::atomic<std::uint64_t> refused_{0};  // events not written: no chunk was free
 };
+
+
+// What a thread knows of one ring it records into: the chunk it holds and the next slot in it.
+// Plain thread-local data (no guard on the path of an event); a thread keeps `table_size` of
+// them, the most recently used first, and lets the last go when a new ring comes.
+struct history_cursor {
+  static constexpr std::size_t table_size = 8;
+
+  std::uint64_t ring_id;          // 0: unused
+  history_ring* ring;             // dereferenced by its own record(), or under the registry lock
+  history_ring::slot* next_slot;  // null: no chunk held
+  std::uint64_t next_event;       // the number the next event gets (unique: tickets are)
+  history_ring::chunk_state* state;
+  std::size_t left;  // slots left in the chunk
+
+  // This thread's cursor for `ring`, moved to the front (a ninth ring: the oldest goes).
+  static history_cursor& find(history_ring& ring) noexcept;
+  static void let_go_all() noexcept;
+  // Lets go of `c`'s chunk if its ring is among `alive` (under the registry's lock); clears c.
+  static void forget(history_cursor& c, std::vector<history_ring*> const& alive) noexcept;
+};
+
+/// @brief This thread's cursors (history_cursor): constant-initialized, so reading them calls
+/// no thread-local initializer.
+extern constinit thread_local history_cursor history_cursors[history_cursor::table_size];
+
+inline void history_ring::record(history_event const& e) noexcept
+{
+  // The thread's last ring, holding a chunk: nothing to look up or claim.
+  history_cursor* c = &history_cursors[0];
+  if (c->ring_id != id_ || c->next_slot == nullptr) [[unlikely]] {
+    c = place();
+    if (c == nullptr) { return; }
+  }
+  slot& s                   = *c->next_slot;
+  std::uint64_t const event = c->next_event;
+  // The holder is this chunk's only writer: plain stores, ordered for a reader by the sequence.
+  s.seq.store(2 * event + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  s.f[0].store(e.time_ns, std::memory_order_relaxed);
+  s.f[1].store(e.address, std::memory_order_relaxed);
+  s.f[2].store(e.bytes, std::memory_order_relaxed);
+  s.f[3].store(e.stream, std::memory_order_relaxed);
+  s.f[4].store(e.reserved, std::memory_order_relaxed);
+  s.f[5].store(e.used, std::memory_order_relaxed);
+  s.f[6].store((e.cached < cached_mask ? e.cached : cached_mask) |
+                 (std::uint64_t{static_cast<std::uint32_t>(e.action)} << action_shift),
+               std::memory_order_relaxed);
+  s.seq.store(2 * event + 2, std::memory_order_release);
+  c->next_event = event + 1;
+  ++c->next_slot;
+  if (--c->left == 0) { let_go(*c); }
+}
 
 }  // namespace asyncmr::detail
