@@ -214,10 +214,14 @@ class pool_resource_base {
   void prefetch(void* ptr, std::size_t bytes, cudaStream_t stream) const noexcept;
 
   // Records `action`, after a grow or trim event if a read of the pool (forced by `read_pool`,
-  // else when src/pool_history.cpp's rules ask for one) finds its reserved bytes changed;
+  // else when src/pool_resource.cpp's rules ask for one) finds its reserved bytes changed;
   // `trim` records only that change.
   void note(history_ring& ring, history_action action, void const* ptr, std::size_t bytes,
             cudaStream_t stream, bool read_pool) noexcept;
+  // A cache_hit or cache_put: the pool is not touched, so its known state is stamped as it is,
+  // inline on the path of the call (note() when the pool is due for a read).
+  void note_cache(history_ring& ring, history_action action, void const* ptr, std::size_t bytes,
+                  cudaStream_t stream) noexcept;
 };
 
 }  // namespace detail
