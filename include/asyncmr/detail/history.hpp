@@ -225,15 +225,7 @@ inline void history_ring::record(history_event const& e) noexcept
   s.seq.store(2 * event + 2, std::memory_order_release);
   c->next_event = event + 1;
   ++c->next_slot;
-  if (--c->left == 0) {
-    let_go(*c);
-    return;
-  }
-#if defined(__x86_64__)
-  // The next event's line, asked for writing now: the claim asked for the whole chunk, but the
-  // driver calls between events can push a line out of the near caches before its turn comes.
-  asm volatile("prefetchw %0" : : "m"(*reinterpret_cast<char const*>(c->next_slot)));
-#endif
+  if (--c->left == 0) { let_go(*c); }
 }
 
 }  // namespace asyncmr::detail
