@@ -281,7 +281,6 @@ history_cursor* history_ring::place() noexcept
   return &c;
 }
 
-
 // Copies every whole event into `out` (when given); returns how many there are.
 std::size_t history_ring::whole_events(std::vector<history_event>* out,
                                        std::uint64_t offered) const

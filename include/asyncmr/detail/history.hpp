@@ -175,7 +175,6 @@ class history_ring {
   std::atomic<std::uint64_t> refused_{0};  // events not written: no chunk was free
 };
 
-
 // What a thread knows of one ring it records into: the chunk it holds and the next slot in it.
 // Plain thread-local data (no guard on the path of an event); a thread keeps `table_size` of
 // them, the most recently used first, and lets the last go when a new ring comes.
