@@ -39,6 +39,23 @@ std::string address(void const* ptr)
   return text;
 }
 
+// An event's own part (when, which block, how large, which stream, the cache's bytes), in one
+// place for note() and note_cache(); the pool's part and the action are theirs to fill.
+history_event event_at(std::uint64_t now,
+                       void const* ptr,
+                       std::size_t bytes,
+                       cudaStream_t stream,
+                       std::size_t cached) noexcept
+{
+  history_event e{};
+  e.time_ns = now;
+  e.address = reinterpret_cast<std::uintptr_t>(ptr);
+  e.bytes   = bytes;
+  e.stream  = reinterpret_cast<std::uintptr_t>(stream);
+  e.cached  = cached;
+  return e;
+}
+
 }  // namespace
 
 std::string describe_free_failure(free_result const& result, void const* ptr, std::size_t bytes)
@@ -111,14 +128,9 @@ void pool_resource_base::note(history_ring& ring,
                               cudaStream_t stream,
                               bool read_pool) noexcept
 {
-  history_state& h      = *history_;
+  history_state& h        = *history_;
   std::uint64_t const now = history_stamp();
-  history_event e{};
-  e.address = reinterpret_cast<std::uintptr_t>(ptr);
-  e.bytes   = bytes;
-  e.stream  = reinterpret_cast<std::uintptr_t>(stream);
-  e.cached  = cache_ ? cache_->charged_bytes() : 0;
-  e.time_ns = now;
+  history_event e    = event_at(now, ptr, bytes, stream, cache_ ? cache_->charged_bytes() : 0);
   std::uint64_t last = h.last_reserved.load(std::memory_order_relaxed);
   e.reserved         = last;
   // `used` moves by a load and a store, not a read-modify-write: with the two locked instructions
@@ -181,15 +193,11 @@ void pool_resource_base::note(history_ring& ring,
     note(ring, action, ptr, bytes, stream, false);  // the pool is due for a read
     return;
   }
-  history_event e{};
-  e.time_ns  = now;
-  e.address  = reinterpret_cast<std::uintptr_t>(ptr);
-  e.bytes    = bytes;
-  e.stream   = reinterpret_cast<std::uintptr_t>(stream);
-  e.reserved = h.last_reserved.load(std::memory_order_relaxed);
-  e.used     = h.last_used.load(std::memory_order_relaxed);
-  e.cached   = cache_->charged_bytes();  // a cache event: there is a cache
-  e.action   = action;
+  // A cache event: there is a cache.
+  history_event e = event_at(now, ptr, bytes, stream, cache_->charged_bytes());
+  e.reserved      = h.last_reserved.load(std::memory_order_relaxed);
+  e.used          = h.last_used.load(std::memory_order_relaxed);
+  e.action        = action;
   ring.record(e);
 }
 

@@ -212,6 +212,8 @@ inline void history_ring::record(history_event const& e) noexcept
   // The holder is this chunk's only writer: plain stores, ordered for a reader by the sequence.
   s.seq.store(2 * event + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
+  // Field by field: copying the event whole first read it in 16-byte loads, which wait for the
+  // caller's 8-byte stores that just built it (a failed store forward) where it is not inlined.
   s.f[0].store(e.time_ns, std::memory_order_relaxed);
   s.f[1].store(e.address, std::memory_order_relaxed);
   s.f[2].store(e.bytes, std::memory_order_relaxed);
