@@ -29,6 +29,8 @@ fetch "$out" 'rapids-build-backend==0.4.1' 'rapids-dependency-file-generator>=1.
   typing-extensions \
   'nvidia-cuda-runtime==13.0.*' 'nvidia-cuda-crt==13.0.*'
 
+keep_newest "$out"  # ci/gpu.sh installs every wheel of DIR/build at once
+
 fetch "$work" 'nvidia-cuda-nvcc-cu12==12.9.*'
 python3 - "$work"/nvidia_cuda_nvcc_cu12-*.whl "$out/cuda12-crt.tar.gz" <<'EOF'
 import io, sys, tarfile, zipfile

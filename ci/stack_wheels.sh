@@ -41,6 +41,8 @@ fetch "$dir/stacks" 'cuml-cu13==26.10.*' 'libcuml-cu13==26.10.*' 'libcuvs-cu13==
   'libraft-cu13==26.10.*' 'pylibraft-cu13==26.10.*' 'libnvforest-cu13==26.10.*' \
   'nvforest-cu13==26.10.*' 'treelite==4.*'
 fetch "$dir/numpy" 'numpy>=2.4,<2.5'
+keep_newest "$dir/stacks"
+keep_newest "$dir/numpy"
 du -sh "$dir/stacks" "$dir/numpy"
 if [ -n "$chunks" ]; then
   carry=$(cd "$(dirname "$0")/.." && pwd)/../shared/bigcarry.sh
