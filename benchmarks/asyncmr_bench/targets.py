@@ -28,6 +28,11 @@ RETIRED = {
     "Front cache: AsyncPinnedMR(pool='new', cache=64 MiB) alloc+free from Python < cupy "
     "PinnedMemoryPool's (median of per-round ratios)":
         "the same ratio, now <= 0.45",
+    "History: recording adds <= 60 ns to a cached hit pair (C++, pinned, median of per-round "
+    "differences against recording off)":
+        "the same <= 60 ns on a cached hit, the allocation alone (timed apart from its free), as "
+        "issue 21 words it; a hit pair makes two events (the hit and its put), and section 11 "
+        "still prints what recording adds to the pair",
 }
 DEFAULT_SIZES = (256, 4096, 1 << 20, 64 << 20)
 
@@ -280,7 +285,9 @@ def _section11(d: _Doc) -> list:
             cpp_why = f"C++ cache_bench {k}: {cpp[k]}"
     pinned = (cpp.get("pairs") or {}).get("pinned") or {}
     hit = {}
-    added = {"uncached": {}, "cached": {}}  # ns recording adds to a pair, median per round
+    # ns recording adds (median of per-round differences): to an uncached pair, and to a cached
+    # hit, the allocation served from the cache timed apart from its free (cache_bench's "hits")
+    added = {"uncached": {}, "hits": {}}
     for sz in sizes:
         entry = pinned.get(str(sz))
         rn = (entry.get("rounds_ns") or {}) if isinstance(entry, dict) else {}
@@ -317,9 +324,10 @@ def _section11(d: _Doc) -> list:
         _target(d, 11, "History: recording adds <= 100 ns to an uncached pair (C++, pinned, "
                 "median of per-round differences against recording off)", "<=", 100.0,
                 added["uncached"], why=cpp_why),
-        _target(d, 11, "History: recording adds <= 60 ns to a cached hit pair (C++, pinned, "
-                "median of per-round differences against recording off)", "<=", 60.0,
-                added["cached"], why=cpp_why),
+        _target(d, 11, "History: recording adds <= 60 ns to a cached hit (C++, pinned: the "
+                "allocation served from the cache, timed apart from its free; median of "
+                "per-round differences against recording off)", "<=", 60.0,
+                added["hits"], why=cpp_why),
     ]
 
 

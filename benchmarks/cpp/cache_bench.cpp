@@ -21,6 +21,10 @@
  *       "cached_stamped", "cached_stamped_written" (in "rounds_ns"): the cached way with an
  *                  event's stamp (and its ring write) made beside each call, by the loop: what a
  *                  recording is made of in the company of the pair's driver calls.
+ *       "hits", "puts", "hits_recording", "puts_recording" (in "rounds_ns"): ns per hit and per
+ *                  put of the cached resource timed apart (64 allocations, every one a hit,
+ *                  then their 64 frees), without and with a recording: what recording adds to
+ *                  a cached hit, the allocation alone, as the history target names it.
  *   - "calls": ns per call of what a hit adds besides the cache itself, each alone:
  *     the driver's cuStreamIsCapturing and cuStreamGetId (each made once per allocate and once
  *     per deallocate), cuEventRecord (the marker a put records), cuStreamQuery (not made: the
@@ -199,6 +203,8 @@ kind_subject make_kind(std::string kind, std::string resource, Options options, 
 struct way_rounds {
   std::vector<double> floor, uncached, cached, uncached_recording, cached_recording;
   std::vector<double> cached_stamped, cached_stamped_written;  // the recording's parts, beside
+  // A hit and a put timed apart (split_round), without and with a recording.
+  std::vector<double> hits, puts, hits_recording, puts_recording;
 };
 
 /// A round of `resource` while it records its history (the ring holds the whole round).
@@ -250,6 +256,52 @@ double beside_round(rmm::device_async_resource_ref ref,
   return ns;
 }
 
+/// Blocks a split round holds at once: what the cache holds of one size and stream after
+/// fill_for_split, so every allocation of a split round is a hit.
+constexpr int split_batch = 64;
+
+/// Leaves `split_batch` blocks of `bytes` in `ref`'s cache on `stream` (allocates that many,
+/// then frees them all).
+void fill_for_split(rmm::device_async_resource_ref ref, cudaStream_t stream, std::size_t bytes)
+{
+  cuda::stream_ref const s{stream};
+  void* held[split_batch];
+  for (auto& p : held) { p = ref.allocate(s, bytes, rmm::CUDA_ALLOCATION_ALIGNMENT); }
+  for (auto* p : held) { ref.deallocate(s, p, bytes, rmm::CUDA_ALLOCATION_ALIGNMENT); }
+}
+
+/// A hit and a put timed apart: batches of `split_batch` allocations, every one served from the
+/// cache (fill_for_split), timed, then their frees (each a put), timed on their own; `pairs`
+/// of each in all. ns per hit and per put; with `recording`, while `resource` records its
+/// history (a ring as large as recording_round's). The hit is what the history target names.
+std::pair<double, double> split_round(asyncmr::detail::pool_resource_base& resource,
+                                      rmm::device_async_resource_ref ref,
+                                      cudaStream_t stream,
+                                      std::size_t bytes,
+                                      int pairs,
+                                      bool recording)
+{
+  if (recording) { resource.start_history(static_cast<std::size_t>(4 * pairs + 64)); }
+  cuda::stream_ref const s{stream};
+  void* held[split_batch];
+  double hit_ns = 0, put_ns = 0;
+  int const batches = std::max(1, pairs / split_batch);
+  for (int b = 0; b < batches; ++b) {
+    auto const t0 = clock_type::now();
+    for (auto& p : held) { p = ref.allocate(s, bytes, rmm::CUDA_ALLOCATION_ALIGNMENT); }
+    auto const t1 = clock_type::now();
+    for (auto* p : held) { ref.deallocate(s, p, bytes, rmm::CUDA_ALLOCATION_ALIGNMENT); }
+    put_ns += since_ns(t1);
+    hit_ns += std::chrono::duration<double, std::nano>(t1 - t0).count();
+  }
+  if (recording) {
+    std::uint64_t dropped = 0;
+    static_cast<void>(resource.stop_history(dropped));
+  }
+  double const n = static_cast<double>(batches) * split_batch;
+  return {hit_ns / n, put_ns / n};
+}
+
 way_rounds measure_pairs(kind_subject const& k,
                          cudaStream_t stream,
                          std::size_t bytes,
@@ -259,9 +311,16 @@ way_rounds measure_pairs(kind_subject const& k,
   floor_round(k.pool, stream, bytes, p.warmup);
   ref_round(*k.plain, stream, bytes, p.warmup);
   ref_round(*k.cached, stream, bytes, p.warmup);
+  fill_for_split(*k.cached, stream, bytes);
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   way_rounds out;
-  constexpr int way_count = 7;
+  auto split = [&](bool recording) {
+    auto const [hit, put] =
+      split_round(*k.cached_keep, *k.cached, stream, bytes, p.pairs, recording);
+    (recording ? out.hits_recording : out.hits).push_back(hit);
+    (recording ? out.puts_recording : out.puts).push_back(put);
+  };
+  constexpr int way_count = 9;
   std::function<void()> const ways[way_count] = {
     [&] { out.floor.push_back(floor_round(k.pool, stream, bytes, p.pairs)); },
     [&] { out.uncached.push_back(ref_round(*k.plain, stream, bytes, p.pairs)); },
@@ -278,6 +337,8 @@ way_rounds measure_pairs(kind_subject const& k,
     [&] {
       out.cached_stamped_written.push_back(beside_round(*k.cached, stream, bytes, p.pairs, true));
     },
+    [&] { split(false); },
+    [&] { split(true); },
   };
   for (int r = 0; r < p.rounds; ++r) {
     for (int i = 0; i < way_count; ++i) {
@@ -787,6 +848,14 @@ int main(int argc, char** argv)
         write_rounds(os, r.cached_stamped);
         os << ",\"cached_stamped_written\":";
         write_rounds(os, r.cached_stamped_written);
+        os << ",\"hits\":";
+        write_rounds(os, r.hits);
+        os << ",\"hits_recording\":";
+        write_rounds(os, r.hits_recording);
+        os << ",\"puts\":";
+        write_rounds(os, r.puts);
+        os << ",\"puts_recording\":";
+        write_rounds(os, r.puts_recording);
         os << "}}";
       } catch (std::exception const& e) {
         errors["pairs:" + k.kind + "@" + std::to_string(bytes)] = e.what();

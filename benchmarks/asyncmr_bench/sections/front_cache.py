@@ -286,6 +286,14 @@ def show(res: dict) -> None:
                 print(f"  recording adds {added:.1f} ns to a pinned {fmt_size(sizes[0])} {way} "
                       f"pair (median of per-round differences); the stamps and ring writes "
                       f"alone are {floor:.1f} ns of it")
+        split = {way: (percentile(rn[way], 0.5) if rn.get(way) else None,
+                       median_difference(rn.get(f"{way}_recording") or [], rn.get(way) or []))
+                 for way in ("hits", "puts")}
+        if all(m is not None and a is not None for m, a in split.values()):
+            (hit_ns, hit_added), (put_ns, put_added) = split["hits"], split["puts"]
+            print(f"  a cached hit and its put timed apart (64 hits, then their 64 frees): "
+                  f"{hit_ns:.1f} ns a hit, {put_ns:.1f} ns a put; recording adds "
+                  f"{hit_added:.1f} ns to the hit and {put_added:.1f} ns to the put")
         stamped = median_difference(rn.get("cached_stamped") or [], rn.get("cached") or [])
         written = median_difference(rn.get("cached_stamped_written") or [],
                                     rn.get("cached") or [])
