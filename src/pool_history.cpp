@@ -3,8 +3,8 @@
  */
 
 // A resource's allocation history: starting, reading and stopping a recording. The function that
-// stamps an event with the pool's state (pool_resource_base::note, and note_cache for a cache
-// hit or put) is in pool_resource.cpp, beside the allocate and deallocate that call it.
+// stamps an event with the pool's state (pool_resource_base::note_event for the events of a
+// pair, and note) is in pool_resource.cpp, beside the allocate and deallocate that call it.
 
 #include "detail/history_state.hpp"
 #include "detail/stream_cache.hpp"

@@ -40,7 +40,7 @@ std::string address(void const* ptr)
 }
 
 // An event's own part (when, which block, how large, which stream, the cache's bytes), in one
-// place for note() and note_cache(); the pool's part and the action are theirs to fill.
+// place for note() and note_event(); the pool's part and the action are theirs to fill.
 history_event event_at(std::uint64_t now,
                        void const* ptr,
                        std::size_t bytes,
@@ -111,9 +111,9 @@ void pool_resource_base::release_cache()
   }
 }
 
-// Beside its callers; the common events of a cached resource (hits and puts) take note_cache
-// below, inlined into allocate and deallocate_checked, and come here only when the pool is due
-// for a read.
+// Beside its callers; the events of a pair take note_event below, inlined into allocate and
+// deallocate_checked, and come here only when the pool is due for a read (or may have grown);
+// an oom and a trim come here straight.
 //
 // How a recording follows the pool's reserved and used bytes without asking the driver on every
 // event (two attribute reads cost ~700 ns an uncached pair on the H200, seven times a pair):
@@ -179,8 +179,11 @@ void pool_resource_base::note(history_ring& ring,
   ring.record(e);
 }
 
-// Inlined into allocate and deallocate_checked: a cached pair makes two of these.
-[[gnu::always_inline]] inline void pool_resource_base::note_cache(history_ring& ring,
+// Inlined into allocate and deallocate_checked, every event of a pair: a cache hit or put (the
+// pool is not touched: its known state is stamped as it is), or an allocation or free that moves
+// `used` by its bytes. note() takes over when the pool is due for a read, or when an allocation
+// may have grown it (fewer known reserved bytes than used with it).
+[[gnu::always_inline]] inline void pool_resource_base::note_event(history_ring& ring,
                                                                   history_action action,
                                                                   void const* ptr,
                                                                   std::size_t bytes,
@@ -190,13 +193,25 @@ void pool_resource_base::note(history_ring& ring,
   std::uint64_t const now = history_stamp();
   if (now - h.last_read.load(std::memory_order_relaxed) >=
       h.read_period.load(std::memory_order_relaxed)) [[unlikely]] {
-    note(ring, action, ptr, bytes, stream, false);  // the pool is due for a read
+    note(ring, action, ptr, bytes, stream, false);
     return;
   }
-  // A cache event: there is a cache.
-  history_event e = event_at(now, ptr, bytes, stream, cache_->charged_bytes());
-  e.reserved      = h.last_reserved.load(std::memory_order_relaxed);
-  e.used          = h.last_used.load(std::memory_order_relaxed);
+  std::uint64_t const reserved = h.last_reserved.load(std::memory_order_relaxed);
+  std::uint64_t used           = h.last_used.load(std::memory_order_relaxed);
+  if (action == history_action::alloc) {
+    if (reserved < used + bytes) [[unlikely]] {
+      note(ring, action, ptr, bytes, stream, true);  // the pool may have grown for this block
+      return;
+    }
+    used += bytes;
+    h.last_used.store(used, std::memory_order_relaxed);  // as note() moves it, and why
+  } else if (action == history_action::free) {
+    used = used > bytes ? used - bytes : 0;
+    h.last_used.store(used, std::memory_order_relaxed);
+  }
+  history_event e = event_at(now, ptr, bytes, stream, cache_ ? cache_->charged_bytes() : 0);
+  e.reserved      = reserved;
+  e.used          = used;
   e.action        = action;
   ring.record(e);
 }
@@ -238,9 +253,9 @@ void* pool_resource_base::allocate(cuda::stream_ref stream, std::size_t bytes, s
     throw;
   }
   if (hit) {
-    note_cache(*ring, history_action::cache_hit, ptr, bytes, s);
+    note_event(*ring, history_action::cache_hit, ptr, bytes, s);
   } else {
-    note(*ring, history_action::alloc, ptr, bytes, s, false);
+    note_event(*ring, history_action::alloc, ptr, bytes, s);
   }
   if (prefetch_) { prefetch(ptr, bytes, s); }
   return ptr;
@@ -270,9 +285,9 @@ free_result pool_resource_base::deallocate_checked(cuda::stream_ref stream,
   } else if (history_ring* const ring =
                history_ ? history_->active.load(std::memory_order_acquire) : nullptr) {
     if (result.cached) {
-      note_cache(*ring, history_action::cache_put, ptr, bytes, stream.get());
+      note_event(*ring, history_action::cache_put, ptr, bytes, stream.get());
     } else {
-      note(*ring, history_action::free, ptr, bytes, stream.get(), false);
+      note_event(*ring, history_action::free, ptr, bytes, stream.get());
     }
   }
   return result;

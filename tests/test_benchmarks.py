@@ -505,6 +505,7 @@ def _front_cache_doc(cached_us, cupy_us, hit_ns, one_rate, many_rate, cpp=None,
                                          * len(hit_ns),
                                          "cached_recording": [h + recording_ns[1]
                                                               for h in hit_ns],
+                                         "uncached_stamped_written": [1130.0] * len(hit_ns),
                                          "hits": [30.0] * len(hit_ns),
                                          "hits_recording": [30.0 + recording_ns[2]]
                                          * len(hit_ns),
@@ -581,6 +582,7 @@ def test_front_cache_targets_met_from_raw_rounds(capsys):
     assert "recording adds 40.0 ns to a pinned 4 KiB cached pair" in printed
     assert ("30.0 ns a hit, 90.0 ns a put; recording adds 25.0 ns to the hit and 15.0 ns to the "
             "put") in printed
+    assert "the stamps and ring writes beside an uncached pair add 30.0 ns" in printed
     assert "ring writes alone are 60.0 ns of it" in printed  # 2*17 + 2*13
     assert "clocksource tsc, stamped with tsc" in printed
     assert re.search(r"^steady_clock read \(the other stamp\) +27\.0.* not made$", printed,

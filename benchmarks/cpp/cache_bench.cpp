@@ -21,6 +21,7 @@
  *       "cached_stamped", "cached_stamped_written" (in "rounds_ns"): the cached way with an
  *                  event's stamp (and its ring write) made beside each call, by the loop: what a
  *                  recording is made of in the company of the pair's driver calls.
+ *                  "uncached_stamped_written": the stamps and ring writes beside the uncached way.
  *       "hits", "puts", "hits_recording", "puts_recording" (in "rounds_ns"): ns per hit and per
  *                  put of the cached resource timed apart (64 allocations, every one a hit,
  *                  then their 64 frees), without and with a recording: what recording adds to
@@ -203,6 +204,7 @@ kind_subject make_kind(std::string kind, std::string resource, Options options, 
 struct way_rounds {
   std::vector<double> floor, uncached, cached, uncached_recording, cached_recording;
   std::vector<double> cached_stamped, cached_stamped_written;  // the recording's parts, beside
+  std::vector<double> uncached_stamped_written;                // the same beside an uncached pair
   // A hit and a put timed apart (split_round), without and with a recording.
   std::vector<double> hits, puts, hits_recording, puts_recording;
 };
@@ -320,7 +322,7 @@ way_rounds measure_pairs(kind_subject const& k,
     (recording ? out.hits_recording : out.hits).push_back(hit);
     (recording ? out.puts_recording : out.puts).push_back(put);
   };
-  constexpr int way_count = 9;
+  constexpr int way_count = 10;
   std::function<void()> const ways[way_count] = {
     [&] { out.floor.push_back(floor_round(k.pool, stream, bytes, p.pairs)); },
     [&] { out.uncached.push_back(ref_round(*k.plain, stream, bytes, p.pairs)); },
@@ -339,6 +341,9 @@ way_rounds measure_pairs(kind_subject const& k,
     },
     [&] { split(false); },
     [&] { split(true); },
+    [&] {
+      out.uncached_stamped_written.push_back(beside_round(*k.plain, stream, bytes, p.pairs, true));
+    },
   };
   for (int r = 0; r < p.rounds; ++r) {
     for (int i = 0; i < way_count; ++i) {
@@ -848,6 +853,8 @@ int main(int argc, char** argv)
         write_rounds(os, r.cached_stamped);
         os << ",\"cached_stamped_written\":";
         write_rounds(os, r.cached_stamped_written);
+        os << ",\"uncached_stamped_written\":";
+        write_rounds(os, r.uncached_stamped_written);
         os << ",\"hits\":";
         write_rounds(os, r.hits);
         os << ",\"hits_recording\":";

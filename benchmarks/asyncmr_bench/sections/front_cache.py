@@ -301,6 +301,10 @@ def show(res: dict) -> None:
             print(f"  made beside a cached pair by the loop, not by the resource: the two "
                   f"stamps add {stamped:.1f} ns, the stamps and ring writes {written:.1f} ns "
                   "(the rest of what recording adds: the resource's bookkeeping of each event)")
+        plain = median_difference(rn.get("uncached_stamped_written") or [],
+                                  rn.get("uncached") or [])
+        if plain is not None:
+            print(f"  the stamps and ring writes beside an uncached pair add {plain:.1f} ns")
     th = cpp.get("threads", {})
     n = str(th.get("threads", 8))
     rows = []

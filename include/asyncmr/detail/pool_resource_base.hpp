@@ -218,9 +218,10 @@ class pool_resource_base {
   // `trim` records only that change.
   void note(history_ring& ring, history_action action, void const* ptr, std::size_t bytes,
             cudaStream_t stream, bool read_pool) noexcept;
-  // A cache_hit or cache_put: the pool is not touched, so its known state is stamped as it is,
-  // inline on the path of the call (note() when the pool is due for a read).
-  void note_cache(history_ring& ring, history_action action, void const* ptr, std::size_t bytes,
+  // An event of a pair (alloc, free, cache_hit, cache_put), inline on the path of the call:
+  // the pool's known state moved by the event's bytes (note() when the pool is due for a read,
+  // or an allocation may have grown it).
+  void note_event(history_ring& ring, history_action action, void const* ptr, std::size_t bytes,
                   cudaStream_t stream) noexcept;
 };
 
