@@ -700,8 +700,14 @@ def test_cache_bench_quick_prints_every_part(gpu):
                 assert entry[way]["median_ns"] > 0
                 assert len(entry["rounds_ns"][way]) == params["rounds"]
             assert entry["cached_over_floor"]["median"] > 0
+            for way in ("hits", "puts", "hits_recording", "puts_recording",
+                        "uncached_stamped_written"):
+                rounds = entry["rounds_ns"][way]
+                assert len(rounds) == params["rounds"] and min(rounds) > 0, way
         stats = doc["cache"][kind]
-        assert stats["misses"] <= len(sizes)  # the first allocation of each size only
+        # Every allocation a hit but the first of each size and the fill of the split rounds
+        # (split_batch blocks held at once, all but the first block missing the cache).
+        assert stats["misses"] <= len(sizes) * params["split_batch"]
         assert stats["hits"] >= params["rounds"] * params["pairs"] * len(sizes)
         assert stats["cached_bytes"] <= stats["cap"] == 64 * MiB
     for call in ("cuStreamIsCapturing", "cuStreamGetId", "cuEventRecord", "front_cache take+put"):

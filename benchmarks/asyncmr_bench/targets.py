@@ -31,8 +31,8 @@ RETIRED = {
     "History: recording adds <= 60 ns to a cached hit pair (C++, pinned, median of per-round "
     "differences against recording off)":
         "the same <= 60 ns on a cached hit, the allocation alone (timed apart from its free), as "
-        "issue 21 words it; a hit pair makes two events (the hit and its put), and section 11 "
-        "still prints what recording adds to the pair",
+        "the recorder's specification words it; a hit pair makes two events (the hit and its "
+        "put), and section 11 still prints what recording adds to the pair",
 }
 DEFAULT_SIZES = (256, 4096, 1 << 20, 64 << 20)
 

@@ -263,7 +263,7 @@ double beside_round(rmm::device_async_resource_ref ref,
 constexpr int split_batch = 64;
 
 /// Leaves `split_batch` blocks of `bytes` in `ref`'s cache on `stream` (allocates that many,
-/// then frees them all).
+/// then frees them all): the cache's misses of a size, after the first, are these.
 void fill_for_split(rmm::device_async_resource_ref ref, cudaStream_t stream, std::size_t bytes)
 {
   cuda::stream_ref const s{stream};
@@ -969,7 +969,8 @@ int main(int argc, char** argv)
       << (asyncmr::detail::history_stamps_are_ticks() ? "tsc" : "steady_clock") << "\""
       << ",\"optimized\":" << (asyncmr_bench::built_optimized ? "true" : "false") << "}";
   doc << ",\"params\":{\"pairs\":" << p.pairs << ",\"rounds\":" << p.rounds
-      << ",\"warmup\":" << p.warmup << ",\"cache_bytes\":" << p.cache << ",\"sizes\":[";
+      << ",\"warmup\":" << p.warmup << ",\"split_batch\":" << split_batch
+      << ",\"cache_bytes\":" << p.cache << ",\"sizes\":[";
   for (std::size_t i = 0; i < p.sizes.size(); ++i) { doc << (i ? "," : "") << p.sizes[i]; }
   doc << "],\"threads\":" << p.threads << ",\"thread_ms\":" << p.thread_ms
       << ",\"stream\":\"non-blocking streams\",\"alignment\":" << rmm::CUDA_ALLOCATION_ALIGNMENT
