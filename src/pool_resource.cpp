@@ -204,7 +204,7 @@ void pool_resource_base::note(history_ring& ring,
       return;
     }
     used += bytes;
-    h.last_used.store(used, std::memory_order_relaxed);  // as note() moves it, and why
+    h.last_used.store(used, std::memory_order_relaxed);  // a load and a store: see note()
   } else if (action == history_action::free) {
     used = used > bytes ? used - bytes : 0;
     h.last_used.store(used, std::memory_order_relaxed);
