@@ -20,15 +20,17 @@ keep_newest() {
   python3 - "$1" <<'PRUNE'
 import pathlib, sys
 from pip._vendor.packaging.utils import canonicalize_name, parse_wheel_filename
-newest = {}
+newest = {}  # project -> (version, wheel) of the newest wheel seen
 for wheel in sorted(pathlib.Path(sys.argv[1]).glob("*.whl")):
     name, version, _, _ = parse_wheel_filename(wheel.name)
-    kept = newest.setdefault(canonicalize_name(name), (version, wheel))
-    if kept[1] is wheel:
+    key = canonicalize_name(name)
+    if key in newest and newest[key][0] >= version:
+        wheel.unlink()
+        print(f"{wheel.name}: removed, {newest[key][1].name} is newer")
         continue
-    old, new = (kept[1], wheel) if version > kept[0] else (wheel, kept[1])
-    old.unlink()
-    print(f"{old.name}: removed, {new.name} is newer")
-    newest[canonicalize_name(name)] = (max(version, kept[0]), new)
+    if key in newest:
+        newest[key][1].unlink()
+        print(f"{newest[key][1].name}: removed, {wheel.name} is newer")
+    newest[key] = (version, wheel)
 PRUNE
 }
