@@ -45,7 +45,9 @@
 #             front cache's ownership rules rely on (docs/DRIVER_FACTS.md); then
 #             ci/probes/managed_facts.cu: every cudaMemAdvise kind on managed pool memory; then
 #             ci/probes/pool_destroy_facts.cu: a pool's counters while a free is queued, and what
-#             destroying it then does to the stream
+#             destroying it then does to the stream; then ci/probes/marker_facts.cu: what a
+#             put's marker costs (cuEventRecord against stream memory writes) and how a write
+#             orders. PROBES (default "pointer managed destroy marker") picks among them
 #   before    the defect tests on the code before their fix: BEFORE_TAR (default
 #             .before/tree.tar, made here with `git archive -o .before/tree.tar <commit>`; the
 #             tree must hold the tests) is built into its own site and its soundness tests run
@@ -419,18 +421,29 @@ if has stacks; then
 fi
 
 if has probe; then
-  run probe-build nvcc -O2 -std=c++17 -o /tmp/pointer_facts ci/probes/pointer_facts.cu -lcuda \
-    && run probe timeout 90 /tmp/pointer_facts
-  run probe-managed-build nvcc -O2 -std=c++17 -o /tmp/managed_facts ci/probes/managed_facts.cu \
-    && run probe-managed timeout 60 /tmp/managed_facts
+  probes=" ${PROBES:-pointer managed destroy marker} "
+  if [[ $probes == *" pointer "* ]]; then
+    run probe-build nvcc -O2 -std=c++17 -o /tmp/pointer_facts ci/probes/pointer_facts.cu -lcuda \
+      && run probe timeout 90 /tmp/pointer_facts
+  fi
+  if [[ $probes == *" managed "* ]]; then
+    run probe-managed-build nvcc -O2 -std=c++17 -o /tmp/managed_facts ci/probes/managed_facts.cu \
+      && run probe-managed timeout 60 /tmp/managed_facts
+  fi
   # The destroy step may never return (that is one answer it can give): a timeout is a fact
   # logged, not a failed stage.
-  run probe-destroy-build nvcc -O2 -std=c++17 -o /tmp/pool_destroy_facts ci/probes/pool_destroy_facts.cu \
-    && run probe-destroy-counters timeout 30 /tmp/pool_destroy_facts \
-    && { timeout 20 /tmp/pool_destroy_facts destroy 2>&1 | tee -a "$log"
-         rc=${PIPESTATUS[0]}
-         if [ "$rc" -eq 124 ]; then say "probe-destroy: the stream never finished (timed out)"
-         else say "probe-destroy: exit $rc"; fi; }
+  if [[ $probes == *" destroy "* ]]; then
+    run probe-destroy-build nvcc -O2 -std=c++17 -o /tmp/pool_destroy_facts ci/probes/pool_destroy_facts.cu \
+      && run probe-destroy-counters timeout 30 /tmp/pool_destroy_facts \
+      && { timeout 20 /tmp/pool_destroy_facts destroy 2>&1 | tee -a "$log"
+           rc=${PIPESTATUS[0]}
+           if [ "$rc" -eq 124 ]; then say "probe-destroy: the stream never finished (timed out)"
+           else say "probe-destroy: exit $rc"; fi; }
+  fi
+  if [[ $probes == *" marker "* ]]; then
+    run probe-marker-build nvcc -O2 -std=c++17 -o /tmp/marker_facts ci/probes/marker_facts.cu -lcuda \
+      && run probe-marker timeout 120 /tmp/marker_facts
+  fi
 fi
 
 if has before; then
