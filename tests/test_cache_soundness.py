@@ -108,6 +108,34 @@ def test_blocks_of_destroyed_streams_do_not_starve_a_live_stream(gpu):
     live.synchronize()
 
 
+def test_a_live_stream_keeps_its_blocks_while_another_stream_fills_the_cap(gpu):
+    # Stream a caches four blocks and waits (its kernel, say); stream b then frees more than the
+    # cap holds, one free at a time, each refusal asking for a reclaim. Only a stream idle far
+    # longer than this (asyncmr waits 100 ms) may lose its blocks: here a was idle ~30 ms.
+    mr, a, b = make("device", cap=1 * MiB), Stream(), Stream()
+    pa = [mr.allocate(64 * KiB, a) for _ in range(4)]
+    pb = [mr.allocate(64 * KiB, b) for _ in range(40)]
+    t0 = time.monotonic()
+    for p in pa:
+        mr.deallocate(p, 64 * KiB, a)
+    for p in pb:
+        mr.deallocate(p, 64 * KiB, b)
+        time.sleep(0.0003)  # lets the background reclaimer answer each request in turn
+    time.sleep(0.02)
+    idle = time.monotonic() - t0
+    info = mr.cache_info
+    assert info["refused_cap"] >= 24, info  # b's frees pressed on the cap
+    hits = info["hits"]
+    again = [mr.allocate(64 * KiB, a) for _ in range(4)]
+    info = mr.cache_info
+    assert info["hits"] - hits == 4, f"stream a lost its blocks after {idle * 1e3:.0f} ms idle: {info}"
+    assert info["reclaims"] == 0, info
+    for p in again:
+        mr.deallocate(p, 64 * KiB, a)
+    a.synchronize()
+    b.synchronize()
+
+
 # ---- 4 and 8. no wait on the device while holding the GIL --------------------------------------------
 
 # A Python host function waits on the stream behind a one-second kernel; then ACTION runs. If
