@@ -99,9 +99,12 @@ std::size_t largest_class_at_most(std::size_t bytes) noexcept
 front_cache::front_cache(std::size_t cap_bytes,
                          std::size_t max_block_bytes,
                          std::size_t record_slots,
-                         stream_markers markers)
+                         stream_markers markers,
+                         std::uint64_t stale_after_ns)
   : cap_{cap_bytes}, id_{next_cache_id.fetch_add(1, std::memory_order_relaxed)}, markers_{markers}
 {
+  stale_after_ns_ = stale_after_ns;
+  epoch_began_ns_.store(steady_ns(), std::memory_order_relaxed);
   if (cap_bytes == 0) {
     throw std::invalid_argument{
       "asyncmr: a front cache cap of 0 bytes means no cache; construct none"};
@@ -421,8 +424,13 @@ put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes, voi
 bool front_cache::note_pressure() noexcept
 {
   std::uint64_t n = refused_since_hint_.load(std::memory_order_relaxed);
-  return n >= pressure_window &&
-         refused_since_hint_.compare_exchange_strong(n, 0, std::memory_order_relaxed);
+  if (n < pressure_window) { return false; }
+  // A young epoch: its refusals stay counted, and the first one after it ages asks.
+  if (stale_after_ns_ != 0 &&
+      steady_ns() - epoch_began_ns_.load(std::memory_order_relaxed) < stale_after_ns_) {
+    return false;
+  }
+  return refused_since_hint_.compare_exchange_strong(n, 0, std::memory_order_relaxed);
 }
 
 }  // namespace asyncmr::detail

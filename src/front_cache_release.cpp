@@ -85,6 +85,7 @@ std::size_t front_cache::detach_stale() noexcept
     }
   }
   epoch_.store(epoch + 1, std::memory_order_relaxed);
+  epoch_began_ns_.store(steady_ns(), std::memory_order_relaxed);
   if (moved != 0) {
     reclaims_.fetch_add(1, std::memory_order_relaxed);
     reclaimed_blocks_.fetch_add(moved, std::memory_order_relaxed);

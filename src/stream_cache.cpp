@@ -209,6 +209,11 @@ void register_cache(std::shared_ptr<stream_cache> const& cache)
 
 // ---- the background reclaimer ----------------------------------------------------------------
 //
+// How long a stream's bucket must go unused before pressure on the cap may take its blocks
+// (front_cache's shortest epoch): long enough that a stream waiting for a kernel keeps them,
+// short enough that the blocks of destroyed streams come back within a moment of pressure.
+constexpr std::uint64_t stale_after_ns = 100'000'000;  // 100 ms
+//
 // One thread for the process, started the first time a cache asks, that reclaims the blocks of
 // streams idle for a whole epoch (front_cache::detach_stale): their streams may be gone, so the
 // blocks go back in the release stream's order, and the thread that noticed the pressure
@@ -349,7 +354,11 @@ std::shared_ptr<stream_cache> stream_cache::make(mem_pool pool,
 
 stream_cache::stream_cache(mem_pool pool, std::size_t cap, std::optional<int> device)
   : pool_{std::move(pool)},
-    cache_{cap, 0, 0, stream_markers{&release_stream_, &mark_stream, &order_release, &destroy_marker}},
+    cache_{cap,
+           0,
+           0,
+           stream_markers{&release_stream_, &mark_stream, &order_release, &destroy_marker},
+           stale_after_ns},
     device_{device}
 {
   relaxed_capture_guard guard;

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <new>
@@ -83,6 +84,14 @@ inline constexpr std::uint64_t address_mask = ~std::uint64_t{0xff};
 inline constexpr std::size_t probe          = 16;  // two cache lines of 8 slots
 inline constexpr std::size_t graph_class    = class_mask;  // marks a graph's allocation, not a class
 static_assert(front_cache::class_count <= graph_class);
+
+// The epoch's clock (front_cache::stale_after_ns): steady, nanoseconds.
+inline std::uint64_t steady_ns() noexcept
+{
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                      std::chrono::steady_clock::now().time_since_epoch())
+                                      .count());
+}
 
 inline std::uint64_t address_of(void const* p) noexcept
 {

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -533,6 +534,40 @@ TEST(FrontCacheStale, DeadStreamsDoNotStarveALiveOne)
   EXPECT_LE(s.streams, cache.cap() / (8 * KiB) + 64) << "buckets of dead streams were not reused";
   EXPECT_LE(reclaims_asked, 2000U / front_cache::pressure_window + 100);
   EXPECT_LE(cache.check_invariants(), cache.cap());
+}
+
+TEST(FrontCacheStale, PressureAsksForAReclaimOnlyOnceTheEpochIsOldEnough)
+{
+  // Stream 1 caches a block and waits; stream 2's refusals press on the cap. With a shortest
+  // epoch, no number of refusals asks for a reclaim before the epoch is that old, so two
+  // requests in a row cannot take stream 1's block the moment it stops freeing.
+  auto press = [](front_cache& cache, std::size_t first) {
+    std::size_t asked = 0;
+    for (std::size_t i = 0; i < 64; ++i) {
+      void* const p = handed(cache, first + i, 64 * KiB);
+      if (cache.put(2, p, 64 * KiB).status == put_status::refused && cache.note_pressure()) {
+        ++asked;
+      }
+    }
+    return asked;
+  };
+  front_cache aged{1 * MiB, 0, 0, {}, std::uint64_t{3600} * 1'000'000'000};  // an hour
+  ASSERT_TRUE(cached(aged, 1, handed(aged, 0, 64 * KiB), 64 * KiB));
+  EXPECT_EQ(press(aged, 1), 0U) << "asked for a reclaim in an epoch younger than its bound";
+  EXPECT_EQ(aged.stats().refused_cap, 64U - 15U) << "the cap took 15 more blocks, 16 in all";
+
+  front_cache quick{1 * MiB, 0, 0, {}, 1'000'000};  // 1 ms
+  ASSERT_TRUE(cached(quick, 1, handed(quick, 0, 64 * KiB), 64 * KiB));
+  std::this_thread::sleep_for(std::chrono::milliseconds{5});
+  std::size_t const asked = press(quick, 1);
+  EXPECT_GE(asked, 1U) << "an epoch older than its bound asks at the first window of refusals";
+  EXPECT_EQ(quick.detach_stale(), 0U) << "stream 1 was used in this epoch";
+  EXPECT_EQ(quick.take(1, 64 * KiB), fake(0)) << "stream 1 keeps its block";
+  ASSERT_TRUE(cached(quick, 1, fake(0), 64 * KiB));
+
+  front_cache untimed{1 * MiB};  // no bound: every window of refusals asks
+  ASSERT_TRUE(cached(untimed, 1, handed(untimed, 0, 64 * KiB), 64 * KiB));
+  EXPECT_EQ(press(untimed, 1), (64U - 15U) / front_cache::pressure_window);
 }
 
 TEST(FrontCacheStale, BucketsOfReclaimedStreamsAreReused)

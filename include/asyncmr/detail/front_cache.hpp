@@ -73,7 +73,10 @@
  * of every bucket not stamped since the previous call, then starts a new epoch. So a bucket is
  * reclaimed once a whole epoch passed without it being used. The owner calls it from a
  * background thread when refused puts say the cap is under pressure (`note_pressure`), and
- * frees the parked blocks in its release stream's order. Buckets emptied that way are reused
+ * frees the parked blocks in its release stream's order. `note_pressure` says so only once the
+ * epoch is `stale_after_ns` old (the owner's is 100 ms), so a stream loses its blocks only
+ * after that long unused, however fast another stream's refusals come; without that bound two
+ * requests microseconds apart would reclaim a live stream that was merely waiting for a kernel. Buckets emptied that way are reused
  * for new streams (a bucket keeps its marker; the owner remakes one that its new stream cannot
  * record).
  *
@@ -187,12 +190,16 @@ class front_cache {
    * @param record_slots slots of the ownership record (rounded up to a power of two, at least
    *   1024); 0 picks one slot per KiB of cap, between 4096 and 1 Mi slots (8 bytes each).
    * @param markers how the owner captures a stream's order (see "Markers"); none by default
+   * @param stale_after_ns the shortest epoch, steady-clock nanoseconds: `note_pressure` asks for
+   *   a stale reclaim only once the epoch (begun at construction or the last `detach_stale`) is
+   *   this old; 0, the default, at every `pressure_window` refusals
    * @throws std::invalid_argument naming the bad value; std::bad_alloc
    */
   explicit front_cache(std::size_t cap_bytes,
                        std::size_t max_block_bytes = 0,
                        std::size_t record_slots    = 0,
-                       stream_markers markers      = {});
+                       stream_markers markers      = {},
+                       std::uint64_t stale_after_ns = 0);
   /// @brief Drops the bookkeeping and destroys the markers. Blocks still cached or parked are NOT
   /// freed (no CUDA here): the owner releases them first. No thread may be inside another call
   /// of this cache.
@@ -259,8 +266,9 @@ class front_cache {
                                void* handle = nullptr) noexcept;
 
   /**
-   * @brief After a refused put: counts it, and answers true once every `pressure_window`
-   * refusals, when the owner should ask for a stale reclaim (`detach_stale`).
+   * @brief After a refused put: answers true once `pressure_window` refusals came since it
+   * last did and the epoch is `stale_after_ns` old, when the owner should ask for a stale
+   * reclaim (`detach_stale`). Refusals in a younger epoch wait for it to age.
    */
   [[nodiscard]] bool note_pressure() noexcept;
 
@@ -406,6 +414,8 @@ class front_cache {
   // Read on every take and put (a line nobody writes on the hit path); advanced by
   // detach_stale.
   alignas(64) std::atomic<std::uint64_t> epoch_{1};
+  std::atomic<std::uint64_t> epoch_began_ns_{0};  // steady clock, set with each epoch
+  std::uint64_t stale_after_ns_{0};
   std::atomic<std::uint64_t> proof_{1};  // begin_proof's counter (see park / free_parked)
 
   alignas(64) std::atomic<std::uint64_t> refusals_{0};
