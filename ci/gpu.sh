@@ -52,7 +52,7 @@
 #             .before/tree.tar, made here with `git archive -o .before/tree.tar <commit>`; the
 #             tree must hold the tests) is built into its own site and its soundness tests run
 #             there (BEFORE_TESTS, default tests/test_cache_soundness.py tests/test_ipc.py), Python
-#             and C++; BEFORE_TESTS=none only builds it (for compare). Their failures are the
+#             and C++ (BEFORE_CPP=0: Python only); BEFORE_TESTS=none only builds it (for compare). Their failures are the
 #             evidence the tests can fail: logged, and they do not fail the run
 #   compare   the pair costs (benchmark section 1, quick; COMPARE_SECTIONS=1,11 adds the front
 #             cache's) of the code before (the build the before stage made) and of this build,
@@ -464,7 +464,7 @@ if has before; then
         (cd /tmp/before && PYTHONPATH="/tmp/site-before:$site" timeout 300 python3 -m pytest \
            ${BEFORE_TESTS:-tests/test_cache_soundness.py tests/test_ipc.py} -q -rs -p no:cacheprovider \
            --timeout 40) 2>&1 | tee -a "$log"
-        (cd /tmp/before && PYTHONPATH="$site" cmake -S . -B build/cpp -G Ninja \
+        [ "${BEFORE_CPP:-1}" = 0 ] || (cd /tmp/before && PYTHONPATH="$site" cmake -S . -B build/cpp -G Ninja \
            -DASYNCMR_BUILD_PYTHON=OFF -DASYNCMR_BUILD_TESTS=ON -DASYNCMR_TEST_CUDA_ARCHITECTURES=90 \
            -DASYNCMR_GTEST_SOURCE_DIR=/tmp/before/.gtest -DASYNCMR_TEST_NVCC="$(command -v nvcc)" \
            -DPython3_EXECUTABLE="$(command -v python3)" -DCMAKE_BUILD_TYPE=Release \
