@@ -40,7 +40,7 @@ std::string address(void const* ptr)
 }
 
 // An event's own part (when, which block, how large, which stream, the cache's bytes), in one
-// place for note() and note_event(); the pool's part and the action are theirs to fill.
+// place for note_event() and note_pool(); the pool's part and the action are theirs to fill.
 history_event event_at(std::uint64_t now,
                        void const* ptr,
                        std::size_t bytes,
@@ -111,50 +111,29 @@ void pool_resource_base::release_cache()
   }
 }
 
-// Beside its callers; the events of a pair take note_event below, inlined into allocate and
-// deallocate_checked, and come here only when the pool is due for a read (or may have grown);
-// an oom and a trim come here straight.
+// The events of a pair (alloc, free, cache_hit, cache_put) are stamped inline by note_event;
+// what asks the driver is out of line here: a read of the pool when it is due, when an
+// allocation may have grown it, and for every oom and trim_to (straight from their callers).
 //
 // How a recording follows the pool's reserved and used bytes without asking the driver on every
 // event (two attribute reads cost ~700 ns an uncached pair on the H200, seven times a pair):
 // `used` moves by each allocation's and free's bytes; the pool itself is read when an
 // allocation may grow it (fewer known unused reserved bytes than it asks for), when the last
-// read is older than history_pool_read_ns, and on every oom and trim_to. A grow or trim event is
-// stamped at the read that sees the change.
-void pool_resource_base::note(history_ring& ring,
-                              history_action action,
-                              void const* ptr,
-                              std::size_t bytes,
-                              cudaStream_t stream,
-                              bool read_pool) noexcept
+// read is older than history_pool_read_ns, and on every oom and trim_to. Each read sets both
+// values exactly. A grow or trim event is stamped at the read that sees the change.
+void pool_resource_base::note_read(history_ring& ring,
+                                   history_event e,
+                                   bool forced) noexcept
 {
-  history_state& h        = *history_;
-  std::uint64_t const now = history_stamp();
-  history_event e    = event_at(now, ptr, bytes, stream, cache_ ? cache_->charged_bytes() : 0);
+  history_state& h   = *history_;
   std::uint64_t last = h.last_reserved.load(std::memory_order_relaxed);
-  e.reserved         = last;
-  // `used` moves by a load and a store, not a read-modify-write: with the two locked instructions
-  // an uncached pair made, recording added 114 ns to it on the H200, without them 100 ns (section
-  // 11, one run each, 2026-12-02; the target is <= 100). Events racing on
-  // several threads may lose each other's move until the next read of the pool sets it right
-  // (at most history_pool_read_ns later); one thread's events are exact between reads.
-  if (action == history_action::alloc) {
-    e.used = h.last_used.load(std::memory_order_relaxed) + bytes;
-    h.last_used.store(e.used, std::memory_order_relaxed);
-    read_pool = read_pool || last < e.used;  // the pool may have grown for this block
-  } else if (action == history_action::free) {
-    std::uint64_t const used = h.last_used.load(std::memory_order_relaxed);
-    e.used                   = used > bytes ? used - bytes : 0;
-    h.last_used.store(e.used, std::memory_order_relaxed);
-  } else {
-    e.used = h.last_used.load(std::memory_order_relaxed);
-  }
+  bool read_pool     = forced;
   if (read_pool) {
-    h.last_read.store(now, std::memory_order_relaxed);
+    h.last_read.store(e.time_ns, std::memory_order_relaxed);
   } else if (std::uint64_t read_at = h.last_read.load(std::memory_order_relaxed);
-             now - read_at >= h.read_period.load(std::memory_order_relaxed)) {
-    // One thread reads for all of them.
-    read_pool = h.last_read.compare_exchange_strong(read_at, now, std::memory_order_relaxed);
+             e.time_ns - read_at >= h.read_period.load(std::memory_order_relaxed)) {
+    // One thread reads for all of them; the others record the known state.
+    read_pool = h.last_read.compare_exchange_strong(read_at, e.time_ns, std::memory_order_relaxed);
   }
   if (read_pool) {
     // Relaxed capture mode inside get_attribute: safe while any stream captures.
@@ -174,15 +153,14 @@ void pool_resource_base::note(history_ring& ring,
     change.bytes         = e.reserved > last ? e.reserved - last : last - e.reserved;
     ring.record(change);
   }
-  if (action == history_action::trim) { return; }  // a trim call: only what it changed
-  e.action = action;
+  if (e.action == history_action::trim) { return; }  // a trim call: only what it changed
   ring.record(e);
 }
 
-// Inlined into allocate and deallocate_checked, every event of a pair: a cache hit or put (the
-// pool is not touched: its known state is stamped as it is), or an allocation or free that moves
-// `used` by its bytes. note() takes over when the pool is due for a read, or when an allocation
-// may have grown it (fewer known reserved bytes than used with it).
+// Inlined into allocate and deallocate_checked, every event of a pair: a cache hit or put leaves
+// the pool's known state as it is; an allocation or free moves `used` by its bytes. note_read
+// takes over when the pool is due for a read, or when an allocation may have grown it (fewer
+// known reserved bytes than used with it).
 [[gnu::always_inline]] inline void pool_resource_base::note_event(history_ring& ring,
                                                                   history_action action,
                                                                   void const* ptr,
@@ -191,29 +169,45 @@ void pool_resource_base::note(history_ring& ring,
 {
   history_state& h        = *history_;
   std::uint64_t const now = history_stamp();
-  if (now - h.last_read.load(std::memory_order_relaxed) >=
-      h.read_period.load(std::memory_order_relaxed)) [[unlikely]] {
-    note(ring, action, ptr, bytes, stream, false);
+  history_event e = event_at(now, ptr, bytes, stream, cache_ ? cache_->charged_bytes() : 0);
+  e.action        = action;
+  e.reserved      = h.last_reserved.load(std::memory_order_relaxed);
+  e.used          = h.last_used.load(std::memory_order_relaxed);
+  // `used` moves by a load and a store, not a read-modify-write: with the two locked instructions
+  // an uncached pair made, recording added 114 ns to it on the H200, without them 100 ns (section
+  // 11, one run each, 2026-12-02). Events racing on several threads may lose each other's move
+  // until the next read of the pool sets it right (at most history_pool_read_ns later); one
+  // thread's events are exact between reads.
+  bool may_grow = false;
+  if (action == history_action::alloc) {
+    e.used += bytes;
+    may_grow = e.reserved < e.used;
+    h.last_used.store(e.used, std::memory_order_relaxed);
+  } else if (action == history_action::free) {
+    e.used = e.used > bytes ? e.used - bytes : 0;
+    h.last_used.store(e.used, std::memory_order_relaxed);
+  }
+  if (may_grow || now - h.last_read.load(std::memory_order_relaxed) >=
+                    h.read_period.load(std::memory_order_relaxed)) [[unlikely]] {
+    note_read(ring, e, may_grow);
     return;
   }
-  std::uint64_t const reserved = h.last_reserved.load(std::memory_order_relaxed);
-  std::uint64_t used           = h.last_used.load(std::memory_order_relaxed);
-  if (action == history_action::alloc) {
-    if (reserved < used + bytes) [[unlikely]] {
-      note(ring, action, ptr, bytes, stream, true);  // the pool may have grown for this block
-      return;
-    }
-    used += bytes;
-    h.last_used.store(used, std::memory_order_relaxed);  // a load and a store: see note()
-  } else if (action == history_action::free) {
-    used = used > bytes ? used - bytes : 0;
-    h.last_used.store(used, std::memory_order_relaxed);
-  }
-  history_event e = event_at(now, ptr, bytes, stream, cache_ ? cache_->charged_bytes() : 0);
-  e.reserved      = reserved;
-  e.used          = used;
-  e.action        = action;
   ring.record(e);
+}
+
+// An oom or a trim: the pool read now, the event stamped with what it says.
+void pool_resource_base::note_pool(history_ring& ring,
+                                   history_action action,
+                                   std::size_t bytes,
+                                   cudaStream_t stream) noexcept
+{
+  history_state& h = *history_;
+  history_event e  = event_at(history_stamp(), nullptr, bytes, stream,
+                             cache_ ? cache_->charged_bytes() : 0);
+  e.action         = action;
+  e.reserved       = h.last_reserved.load(std::memory_order_relaxed);
+  e.used           = h.last_used.load(std::memory_order_relaxed);
+  note_read(ring, e, true);
 }
 
 void pool_resource_base::trim_to(std::size_t min_bytes_to_keep)
@@ -222,7 +216,7 @@ void pool_resource_base::trim_to(std::size_t min_bytes_to_keep)
   pool_.trim_to(min_bytes_to_keep);
   if (history_ring* const ring = history_ ? history_->active.load(std::memory_order_acquire)
                                           : nullptr) {
-    note(*ring, history_action::trim, nullptr, 0, nullptr, true);
+    note_pool(*ring, history_action::trim, 0, nullptr);
   }
 }
 
@@ -249,7 +243,7 @@ void* pool_resource_base::allocate(cuda::stream_ref stream, std::size_t bytes, s
   try {
     ptr = cache_ ? cache_->allocate(s, bytes, &hit) : allocate_giving_caches_back(pool_, bytes, s);
   } catch (rmm::out_of_memory const&) {
-    note(*ring, history_action::oom, nullptr, bytes, s, true);
+    note_pool(*ring, history_action::oom, bytes, s);
     throw;
   }
   if (hit) {

@@ -213,16 +213,17 @@ class pool_resource_base {
 
   void prefetch(void* ptr, std::size_t bytes, cudaStream_t stream) const noexcept;
 
-  // Records `action`, after a grow or trim event if a read of the pool (forced by `read_pool`,
-  // else when src/pool_resource.cpp's rules ask for one) finds its reserved bytes changed;
-  // `trim` records only that change.
-  void note(history_ring& ring, history_action action, void const* ptr, std::size_t bytes,
-            cudaStream_t stream, bool read_pool) noexcept;
   // An event of a pair (alloc, free, cache_hit, cache_put), inline on the path of the call:
-  // the pool's known state moved by the event's bytes (note() when the pool is due for a read,
-  // or an allocation may have grown it).
+  // the pool's known state, `used` moved by the event's bytes; note_read when the pool is due
+  // for a read, or an allocation may have grown it.
   void note_event(history_ring& ring, history_action action, void const* ptr, std::size_t bytes,
                   cudaStream_t stream) noexcept;
+  // An oom or a trim (`bytes`: the allocation that failed, or 0): the pool read now.
+  void note_pool(history_ring& ring, history_action action, std::size_t bytes,
+                 cudaStream_t stream) noexcept;
+  // Records `e` (a trim records nothing itself), after a grow or trim event if a read of the
+  // pool (`forced`, or when it is due) finds its reserved bytes changed.
+  void note_read(history_ring& ring, history_event e, bool forced) noexcept;
 };
 
 }  // namespace detail
