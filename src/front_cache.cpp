@@ -101,10 +101,12 @@ front_cache::front_cache(std::size_t cap_bytes,
                          std::size_t record_slots,
                          stream_markers markers,
                          std::uint64_t stale_after_ns)
-  : cap_{cap_bytes}, id_{next_cache_id.fetch_add(1, std::memory_order_relaxed)}, markers_{markers}
+  : cap_{cap_bytes},
+    id_{next_cache_id.fetch_add(1, std::memory_order_relaxed)},
+    markers_{markers},
+    epoch_began_ns_{steady_ns()},
+    stale_after_ns_{stale_after_ns}
 {
-  stale_after_ns_ = stale_after_ns;
-  epoch_began_ns_.store(steady_ns(), std::memory_order_relaxed);
   if (cap_bytes == 0) {
     throw std::invalid_argument{
       "asyncmr: a front cache cap of 0 bytes means no cache; construct none"};

@@ -76,9 +76,9 @@
  * frees the parked blocks in its release stream's order. `note_pressure` says so only once the
  * epoch is `stale_after_ns` old (the owner's is 100 ms), so a stream loses its blocks only
  * after that long unused, however fast another stream's refusals come; without that bound two
- * requests microseconds apart would reclaim a live stream that was merely waiting for a kernel. Buckets emptied that way are reused
- * for new streams (a bucket keeps its marker; the owner remakes one that its new stream cannot
- * record).
+ * requests microseconds apart would reclaim a live stream that was merely waiting for a
+ * kernel. Buckets emptied that way are reused for new streams (a bucket keeps its marker; the
+ * owner remakes one that its new stream cannot record).
  *
  * ## Threads
  * `take` and `put` take no global lock: a thread-local table maps (cache id, key) to the key's
