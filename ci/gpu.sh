@@ -421,18 +421,18 @@ if has stacks; then
 fi
 
 if has probe; then
-  probes=" ${PROBES:-pointer managed destroy marker} "
-  if [[ $probes == *" pointer "* ]]; then
+  probe_wanted() { [[ " ${PROBES:-pointer managed destroy marker} " == *" $1 "* ]]; }
+  if probe_wanted pointer; then
     run probe-build nvcc -O2 -std=c++17 -o /tmp/pointer_facts ci/probes/pointer_facts.cu -lcuda \
       && run probe timeout 90 /tmp/pointer_facts
   fi
-  if [[ $probes == *" managed "* ]]; then
+  if probe_wanted managed; then
     run probe-managed-build nvcc -O2 -std=c++17 -o /tmp/managed_facts ci/probes/managed_facts.cu \
       && run probe-managed timeout 60 /tmp/managed_facts
   fi
   # The destroy step may never return (that is one answer it can give): a timeout is a fact
   # logged, not a failed stage.
-  if [[ $probes == *" destroy "* ]]; then
+  if probe_wanted destroy; then
     run probe-destroy-build nvcc -O2 -std=c++17 -o /tmp/pool_destroy_facts ci/probes/pool_destroy_facts.cu \
       && run probe-destroy-counters timeout 30 /tmp/pool_destroy_facts \
       && { timeout 20 /tmp/pool_destroy_facts destroy 2>&1 | tee -a "$log"
@@ -440,7 +440,7 @@ if has probe; then
            if [ "$rc" -eq 124 ]; then say "probe-destroy: the stream never finished (timed out)"
            else say "probe-destroy: exit $rc"; fi; }
   fi
-  if [[ $probes == *" marker "* ]]; then
+  if probe_wanted marker; then
     run probe-marker-build nvcc -O2 -std=c++17 -o /tmp/marker_facts ci/probes/marker_facts.cu -lcuda \
       && run probe-marker timeout 120 /tmp/marker_facts
   fi
