@@ -47,7 +47,10 @@
 #             ci/probes/pool_destroy_facts.cu: a pool's counters while a free is queued, and what
 #             destroying it then does to the stream; then ci/probes/marker_facts.cu: what a
 #             put's marker costs (cuEventRecord against stream memory writes) and how a write
-#             orders. PROBES (default "pointer managed destroy marker") picks among them
+#             orders; then ci/probes/legacy_facts.cu: whether an event on a blocking stream
+#             follows the legacy stream's earlier work, also while another stream captures (what
+#             lets a put on the legacy stream skip its marker). PROBES (default "pointer managed
+#             destroy marker legacy") picks among them
 #   before    the defect tests on the code before their fix: BEFORE_TAR (default
 #             .before/tree.tar, made here with `git archive -o .before/tree.tar <commit>`; the
 #             tree must hold the tests) is built into its own site and its soundness tests run
@@ -421,7 +424,7 @@ if has stacks; then
 fi
 
 if has probe; then
-  probe_wanted() { [[ " ${PROBES:-pointer managed destroy marker} " == *" $1 "* ]]; }
+  probe_wanted() { [[ " ${PROBES:-pointer managed destroy marker legacy} " == *" $1 "* ]]; }
   if probe_wanted pointer; then
     run probe-build nvcc -O2 -std=c++17 -o /tmp/pointer_facts ci/probes/pointer_facts.cu -lcuda \
       && run probe timeout 90 /tmp/pointer_facts
@@ -443,6 +446,10 @@ if has probe; then
   if probe_wanted marker; then
     run probe-marker-build nvcc -O2 -std=c++17 -o /tmp/marker_facts ci/probes/marker_facts.cu -lcuda \
       && run probe-marker timeout 120 /tmp/marker_facts
+  fi
+  if probe_wanted legacy; then
+    run probe-legacy-build nvcc -O2 -std=c++17 -o /tmp/legacy_facts ci/probes/legacy_facts.cu -lcuda \
+      && run probe-legacy timeout 60 /tmp/legacy_facts
   fi
 fi
 
