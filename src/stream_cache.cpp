@@ -166,11 +166,24 @@ bool mark_stream(void*, void*& marker, void* stream) noexcept
   return status == cudaSuccess;
 }
 
-bool order_release(void* release_stream, void* marker) noexcept
+bool order_release(void* streams, void* marker) noexcept
 {
   if (marker == nullptr) { return false; }
-  auto const status = cudaStreamWaitEvent(*static_cast<cudaStream_t*>(release_stream),
+  auto const status = cudaStreamWaitEvent(static_cast<cache_streams*>(streams)->release,
                                           static_cast<cudaEvent_t>(marker), 0);
+  clear_own_error(status);
+  return status == cudaSuccess;
+}
+
+// The legacy stream's order, taken when its bucket is parked: the witness (a blocking stream)
+// records its event behind every legacy-stream call made so far, and the release stream waits for
+// it. Nothing is queued on the legacy stream itself, which a capture on any blocking stream of the
+// device forbids (docs/DRIVER_FACTS.md).
+bool order_legacy(void* streams) noexcept
+{
+  auto const& own = *static_cast<cache_streams*>(streams);
+  auto status     = record_event(own.witness_event, own.witness);
+  if (status == cudaSuccess) { status = cudaStreamWaitEvent(own.release, own.witness_event, 0); }
   clear_own_error(status);
   return status == cudaSuccess;
 }
@@ -352,18 +365,45 @@ std::shared_ptr<stream_cache> stream_cache::make(mem_pool pool,
   return cache;
 }
 
+cache_streams::cache_streams(std::optional<int> device)
+{
+  relaxed_capture_guard guard;
+  active_context_scope context{device};
+  try {
+    ASYNCMR_CUDA_TRY(cudaStreamCreateWithFlags(&release, cudaStreamNonBlocking));
+    ASYNCMR_CUDA_TRY(cudaStreamCreateWithFlags(&witness, cudaStreamDefault));
+    ASYNCMR_CUDA_TRY(cudaEventCreateWithFlags(&witness_event, cudaEventDisableTiming));
+  } catch (...) {
+    destroy();  // what was made so far
+    throw;
+  }
+  // The witness follows the legacy stream of this context only: a put on another device's
+  // legacy stream has another key, and keeps its marker.
+  if (stream_key key{}; key_of(cudaStreamLegacy, key)) { legacy = key; }
+}
+
+void cache_streams::destroy() noexcept
+{
+  relaxed_capture_guard guard;
+  if (witness_event != nullptr) { clear_own_error(cudaEventDestroy(witness_event)); }
+  if (witness != nullptr) { clear_own_error(cudaStreamDestroy(witness)); }
+  if (release != nullptr) { clear_own_error(cudaStreamDestroy(release)); }
+  witness_event = nullptr;
+  witness       = nullptr;
+  release       = nullptr;
+}
+
 stream_cache::stream_cache(mem_pool pool, std::size_t cap, std::optional<int> device)
   : pool_{std::move(pool)},
+    device_{device},
+    streams_{device},
     cache_{cap,
            0,
            0,
-           stream_markers{&release_stream_, &mark_stream, &order_release, &destroy_marker},
-           stale_after_ns},
-    device_{device}
+           stream_markers{&streams_, &mark_stream, &order_release, &destroy_marker,
+                          streams_.legacy, &order_legacy},
+           stale_after_ns}
 {
-  relaxed_capture_guard guard;
-  active_context_scope context{device_};
-  ASYNCMR_CUDA_TRY(cudaStreamCreateWithFlags(&release_stream_, cudaStreamNonBlocking));
 }
 
 stream_cache::~stream_cache()
@@ -378,7 +418,6 @@ stream_cache::~stream_cache()
     static_cast<void>(cache_.detach_all());
     static_cast<void>(free_in_release_order(false));
   }
-  clear_own_error(cudaStreamDestroy(release_stream_));
 }
 
 cudaError_t stream_cache::free_in_release_order(bool wait_for_frees) noexcept
@@ -388,13 +427,13 @@ cudaError_t stream_cache::free_in_release_order(bool wait_for_frees) noexcept
   active_context_scope context{device_};
   std::uint64_t const proven = cache_.begin_proof();
   std::size_t const freed    = cache_.free_parked(proven, [this](stream_key, void* p, std::size_t) noexcept {
-    clear_own_error(cudaFreeAsync(p, release_stream_));
+    clear_own_error(cudaFreeAsync(p, streams_.release));
   });
   if (freed == 0 || !wait_for_frees) { return cudaSuccess; }
   // So that the memory is the pool's again when this returns (a trim or an allocation right
   // after sees it unused): waits for the work the blocks' streams had queued before their frees.
   blocking_region wait;
-  return cudaStreamSynchronize(release_stream_);
+  return cudaStreamSynchronize(streams_.release);
 }
 
 cudaError_t stream_cache::release() noexcept

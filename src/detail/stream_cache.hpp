@@ -22,6 +22,26 @@
 
 namespace asyncmr::detail {
 
+// A stream cache's own streams, made in the context of its device, which nobody captures (see
+// "Markers" and "The lasting stream" in front_cache.hpp): parked blocks are freed on `release`
+// after it waited for their streams; `witness`, a blocking stream, takes the legacy stream's
+// order (an event recorded on it follows the legacy stream's earlier work) without queuing
+// anything on the legacy stream. The cache destroys them last, after its markers.
+struct cache_streams {
+  explicit cache_streams(std::optional<int> device);
+  ~cache_streams() { destroy(); }
+  cache_streams(cache_streams const&)            = delete;
+  cache_streams& operator=(cache_streams const&) = delete;
+
+  cudaStream_t release{nullptr};
+  cudaStream_t witness{nullptr};
+  cudaEvent_t witness_event{nullptr};
+  std::optional<stream_key> legacy;  // the legacy stream's key in that context
+
+ private:
+  void destroy() noexcept;
+};
+
 class stream_cache final : public std::enable_shared_from_this<stream_cache> {
  public:
   /// A cache of `cap` bytes in front of `pool`; `device` (when the pool's memory lives on one)
@@ -61,11 +81,9 @@ class stream_cache final : public std::enable_shared_from_this<stream_cache> {
   cudaError_t free_in_release_order(bool wait_for_frees) noexcept;
 
   mem_pool pool_;
-  // The cache's own stream, which nobody captures: parked blocks are freed on it after it waited
-  // for their streams (see "Markers" in front_cache.hpp).
-  cudaStream_t release_stream_{nullptr};
-  front_cache cache_;
   std::optional<int> device_;
+  cache_streams streams_;
+  front_cache cache_;
 };
 
 /**

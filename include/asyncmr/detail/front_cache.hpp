@@ -67,6 +67,17 @@
  * frees the block on its own stream, which is always safe); a bucket whose release cannot be
  * ordered keeps its blocks cached. Without markers (the CPU tests) both steps are skipped.
  *
+ * ## The lasting stream
+ * A marker exists because a stream may be gone when its blocks leave. The legacy default stream
+ * of a context cannot be: it lives as long as the context, and its order can be taken when its
+ * bucket is parked instead of at every put. The owner names it (`stream_markers::lasting`), and
+ * `order_lasting` then takes that order without queuing anything on the legacy stream itself (work
+ * there from another thread would break a capture on any blocking stream of the device): the
+ * owner records an event on a blocking stream of its own, which the legacy stream's implicit
+ * synchronization places after every legacy-stream call made before it (probed on the H200:
+ * docs/DRIVER_FACTS.md). A put on the legacy stream, the stream most CuPy, PyTorch and cuDF code
+ * runs on, so makes no driver call for its marker.
+ *
  * ## Dead and idle streams
  * Blocks of a destroyed stream cannot be freed in its order any more. Every take and put stamps
  * its bucket with the current *epoch*; `detach_stale` parks the blocks (and returns the credit)
@@ -94,6 +105,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
@@ -138,6 +150,13 @@ struct stream_markers {
   bool (*order)(void* context, void* marker) noexcept = nullptr;
   /// When the cache is destroyed, for each marker made.
   void (*destroy)(void* context, void* marker) noexcept = nullptr;
+  /// The key of a stream that outlives the cache and whose order the owner can take at any time
+  /// (the legacy stream of the owner's context), or none: its puts set no marker, and parking
+  /// its bucket calls `order_lasting` instead of `order` (see "The lasting stream").
+  std::optional<stream_key> lasting{};
+  /// As the lasting stream's blocks are parked: orders every free the owner makes later after
+  /// all the work queued on that stream so far. False leaves them cached.
+  bool (*order_lasting)(void* context) noexcept = nullptr;
 };
 
 /**
