@@ -439,3 +439,86 @@ def test_a_free_on_a_blocking_stream_is_released_after_the_legacy_streams_work(g
     assert mr.cache_info["blocks"] == 1
     mr.release_cache()
     assert legacy.done, "release_cache returned while the legacy stream's use was still running"
+
+
+# ---- 15. the legacy stream's blocks: no marker at the put, its order taken at the park -----------
+
+@pytest.mark.parametrize("kind", ["pinned", "device"])
+def test_a_legacy_stream_block_is_released_only_after_the_legacy_streams_work(gpu, kind):
+    # A put on the legacy stream sets no marker (the stream outlives the cache); a release takes
+    # its order then, through the cache's blocking witness stream, and must still wait for the
+    # kernel that used the block.
+    cupy = require_module("cupy")
+    legacy = cupy.cuda.Stream.null
+    spin_on(cupy, legacy, 1000)  # compiled and loaded before the timing matters
+    sync()
+    mr = make(kind)
+    rs = Stream(obj=legacy)
+    blocks = [mr.allocate(64 * KiB, rs) for _ in range(4)]
+    legacy.synchronize()
+    spin_on(cupy, legacy)  # the blocks' last use
+    for p in blocks:
+        mr.deallocate(p, 64 * KiB, rs)
+    info = mr.cache_info
+    assert info["blocks"] == 4 and info["refused_unmarked"] == 0, info
+    mr.release_cache()
+    assert legacy.done, "release_cache returned while the legacy stream's use was still running"
+    info = mr.cache_info
+    assert info["blocks"] == 0 and info["parked_blocks"] == 0, info
+    # The blocks come back through the pool and the cache as usual.
+    again = [mr.allocate(64 * KiB, rs) for _ in range(4)]
+    for p in again:
+        mr.deallocate(p, 64 * KiB, rs)
+    assert mr.cache_info["blocks"] == 4
+
+
+@pytest.mark.parametrize("action", ["release_cache", "trim_to", "drop"])
+def test_giving_legacy_stream_blocks_back_leaves_a_blocking_streams_capture_valid(gpu, action):
+    # Work queued on the legacy stream while a blocking stream captures breaks that capture
+    # (docs/DRIVER_FACTS.md); taking the legacy stream's order for a release must not queue any.
+    cupy = require_module("cupy")
+    mr = make("device")
+    legacy = Stream(obj=cupy.cuda.Stream.null)
+    blocks = [mr.allocate(4 * KiB, legacy) for _ in range(8)]
+    for p in blocks:
+        mr.deallocate(p, 4 * KiB, legacy)
+    sync()
+    assert mr.cache_info["blocks"] == 8
+    buf = cupy.zeros(1024, dtype=cupy.uint32)
+    cs = cupy.cuda.Stream(non_blocking=False)  # blocking: the legacy stream would join it
+    capturing, released = threading.Event(), threading.Event()
+    outcome = {}
+
+    def capture():
+        try:
+            with cs:
+                cs.begin_capture(cupy.cuda.runtime.streamCaptureModeGlobal)
+                buf.fill(1)
+                capturing.set()
+                released.wait(30)
+                buf.fill(2)
+                outcome["graph"] = cs.end_capture()
+        except Exception as e:  # the capture was invalidated
+            outcome["error"] = repr(e)
+            capturing.set()
+
+    t = threading.Thread(target=capture)
+    t.start()
+    assert capturing.wait(30)
+    try:
+        if action == "release_cache":
+            mr.release_cache()
+        elif action == "trim_to":
+            mr.trim_to(0)
+        else:
+            del mr
+    finally:
+        released.set()
+        t.join(60)
+    assert "error" not in outcome, f"{action} broke the blocking stream's capture: {outcome['error']}"
+    if action != "drop":
+        info = mr.cache_info
+        assert info["blocks"] == 0 and info["parked_blocks"] == 0, f"nothing went back: {info}"
+    outcome["graph"].launch(cs)
+    cs.synchronize()
+    assert int(buf[0]) == 2
