@@ -61,6 +61,9 @@ HOSTALLOC_MEMORY = "cudaHostAlloc memory"
 FRONT_CACHE_BYTES = 64 << 20
 APR_CACHED = "AsyncPinnedMR(pool='new', cache=64 MiB)"
 ADR_CACHED = "AsyncDeviceMR(pool='new', cache=64 MiB)"
+# The same cached pinned resource called as a Python user types it: no stream, so RMM's default
+# stream (the legacy stream), whose puts set no marker.
+APR_CACHED_DEFAULT = "AsyncPinnedMR(pool='new', cache=64 MiB), default stream"
 CUPY_PINNED = "cupy PinnedMemoryPool"
 TORCH_CACHING = "torch caching allocator (caching_allocator_alloc/delete)"
 # Section 9's rows.

@@ -256,6 +256,18 @@ def pair_runner(ctx: Context, family: str, obj, size: int):
             return ns() - t0
 
         return run, s.synchronize
+    if family == "rmm_default":
+        from rmm.pylibrmm.stream import DEFAULT_STREAM
+
+        alloc, dealloc = obj.allocate, obj.deallocate
+
+        def run(n):
+            t0 = ns()
+            for _ in range(n):
+                dealloc(alloc(size), size)
+            return ns() - t0
+
+        return run, DEFAULT_STREAM.synchronize
     if family == "floor":
         lib, pool_handle = obj
         s = ctx.stream

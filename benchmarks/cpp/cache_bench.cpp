@@ -16,6 +16,9 @@
  *       "cached"   the resource with `cache` bytes of front cache, through the reference: every
  *                  allocation after the first is a hit (the block freed just before, same
  *                  stream). "cache" holds the cache's counters afterwards (hits, misses).
+ *       "cached_legacy" the cached way on the legacy default stream (cudaStreamLegacy), whose
+ *                  puts set no marker: the stream outlives the cache, and its order is taken
+ *                  when its blocks leave (front_cache.hpp, "The lasting stream").
  *       "uncached_recording", "cached_recording" (in "rounds_ns"): the same two while the
  *                  resource records its allocation history (record_history's C++ side).
  *       "cached_stamped", "cached_stamped_written" (in "rounds_ns"): the cached way with an
@@ -87,6 +90,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -207,6 +211,26 @@ struct way_rounds {
   std::vector<double> uncached_stamped_written;                // the same beside an uncached pair
   // A hit and a put timed apart (split_round), without and with a recording.
   std::vector<double> hits, puts, hits_recording, puts_recording;
+  // The cached way on the legacy default stream, whose puts set no marker (the stream outlives
+  // the cache): where most CuPy, PyTorch and cuDF code allocates.
+  std::vector<double> cached_legacy;
+};
+
+/// Every series of `way_rounds` by its name in "rounds_ns", in the order written.
+constexpr std::pair<char const*, std::vector<double> way_rounds::*> round_series[] = {
+  {"floor", &way_rounds::floor},
+  {"uncached", &way_rounds::uncached},
+  {"cached", &way_rounds::cached},
+  {"cached_legacy", &way_rounds::cached_legacy},
+  {"uncached_recording", &way_rounds::uncached_recording},
+  {"cached_recording", &way_rounds::cached_recording},
+  {"cached_stamped", &way_rounds::cached_stamped},
+  {"cached_stamped_written", &way_rounds::cached_stamped_written},
+  {"uncached_stamped_written", &way_rounds::uncached_stamped_written},
+  {"hits", &way_rounds::hits},
+  {"hits_recording", &way_rounds::hits_recording},
+  {"puts", &way_rounds::puts},
+  {"puts_recording", &way_rounds::puts_recording},
 };
 
 /// A round of `resource` while it records its history (the ring holds the whole round).
@@ -313,8 +337,10 @@ way_rounds measure_pairs(kind_subject const& k,
   floor_round(k.pool, stream, bytes, p.warmup);
   ref_round(*k.plain, stream, bytes, p.warmup);
   ref_round(*k.cached, stream, bytes, p.warmup);
+  ref_round(*k.cached, cudaStreamLegacy, bytes, p.warmup);
   fill_for_split(*k.cached, stream, bytes);
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  check(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
   way_rounds out;
   auto split = [&](bool recording) {
     auto const [hit, put] =
@@ -322,7 +348,7 @@ way_rounds measure_pairs(kind_subject const& k,
     (recording ? out.hits_recording : out.hits).push_back(hit);
     (recording ? out.puts_recording : out.puts).push_back(put);
   };
-  constexpr int way_count = 10;
+  constexpr int way_count = 11;
   std::function<void()> const ways[way_count] = {
     [&] { out.floor.push_back(floor_round(k.pool, stream, bytes, p.pairs)); },
     [&] { out.uncached.push_back(ref_round(*k.plain, stream, bytes, p.pairs)); },
@@ -344,11 +370,13 @@ way_rounds measure_pairs(kind_subject const& k,
     [&] {
       out.uncached_stamped_written.push_back(beside_round(*k.plain, stream, bytes, p.pairs, true));
     },
+    [&] { out.cached_legacy.push_back(ref_round(*k.cached, cudaStreamLegacy, bytes, p.pairs)); },
   };
   for (int r = 0; r < p.rounds; ++r) {
     for (int i = 0; i < way_count; ++i) {
       ways[(r + i) % way_count]();
       check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      check(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
     }
   }
   return out;
@@ -839,30 +867,13 @@ int main(int argc, char** argv)
         write_summary(os, per_round_ratio(r.cached, r.floor), "");
         os << ",\"cached_over_uncached\":";
         write_summary(os, per_round_ratio(r.cached, r.uncached), "");
-        os << ",\"rounds_ns\":{\"floor\":";
-        write_rounds(os, r.floor);
-        os << ",\"uncached\":";
-        write_rounds(os, r.uncached);
-        os << ",\"cached\":";
-        write_rounds(os, r.cached);
-        os << ",\"uncached_recording\":";
-        write_rounds(os, r.uncached_recording);
-        os << ",\"cached_recording\":";
-        write_rounds(os, r.cached_recording);
-        os << ",\"cached_stamped\":";
-        write_rounds(os, r.cached_stamped);
-        os << ",\"cached_stamped_written\":";
-        write_rounds(os, r.cached_stamped_written);
-        os << ",\"uncached_stamped_written\":";
-        write_rounds(os, r.uncached_stamped_written);
-        os << ",\"hits\":";
-        write_rounds(os, r.hits);
-        os << ",\"hits_recording\":";
-        write_rounds(os, r.hits_recording);
-        os << ",\"puts\":";
-        write_rounds(os, r.puts);
-        os << ",\"puts_recording\":";
-        write_rounds(os, r.puts_recording);
+        os << ",\"cached_legacy\":";
+        write_summary(os, r.cached_legacy, "_ns");
+        os << ",\"rounds_ns\":{";
+        for (std::size_t i = 0; i < std::size(round_series); ++i) {
+          os << (i ? "," : "") << "\"" << round_series[i].first << "\":";
+          write_rounds(os, r.*round_series[i].second);
+        }
         os << "}}";
       } catch (std::exception const& e) {
         errors["pairs:" + k.kind + "@" + std::to_string(bytes)] = e.what();

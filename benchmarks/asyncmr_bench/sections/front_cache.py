@@ -4,7 +4,8 @@ one run:
 
 1. **From Python**, alloc+free pairs at 4 KiB and 64 KiB on one stream, in interleaved rounds:
    ``AsyncPinnedMR(pool="new", cache=64 MiB)`` (every pair after the first is a hit),
-   ``AsyncPinnedMR(pool="new")`` (the driver pool), CuPy's ``PinnedMemoryPool`` (a host-side free
+   the same called with no stream (RMM's default stream, the legacy stream: what a Python user
+   types, and the stream whose puts set no marker), ``AsyncPinnedMR(pool="new")`` (the driver pool), CuPy's ``PinnedMemoryPool`` (a host-side free
    list, not stream-ordered: ``pool.malloc(n)`` dropped at once is one pair), and the raw floor
    of the uncached pool in process when ``libasyncmr_floor.so`` is built. Then the cache's
    ``cache_info`` (hits, bytes against the cap), and the bytes left after ``release_cache()``.
@@ -34,7 +35,7 @@ import gc
 
 from .. import floor
 from ..common import (
-    ADR_CACHED, APR_CACHED, APR_NEW, CUPY_PINNED, FRONT_CACHE_BYTES, KiB, SECTION_TITLES,
+    ADR_CACHED, APR_CACHED, APR_CACHED_DEFAULT, APR_NEW, CUPY_PINNED, FRONT_CACHE_BYTES, KiB, SECTION_TITLES,
     TORCH_CACHING, cell, err_text, floor_of, fmt_ratio, fmt_size, median_difference, median_ratio,
     percentile, print_table,
 )
@@ -84,6 +85,8 @@ def _python_pairs(cfg, ctx) -> dict:
     am = ctx.asyncmr
     contenders = [
         (APR_CACHED, "rmm", lambda: am.AsyncPinnedMR(pool="new", cache=FRONT_CACHE_BYTES)),
+        (APR_CACHED_DEFAULT, "rmm_default",
+         lambda: am.AsyncPinnedMR(pool="new", cache=FRONT_CACHE_BYTES)),
         (APR_NEW, "rmm", lambda: am.AsyncPinnedMR(pool="new")),
         (CUPY_PINNED, "cupy", lambda: ctx.cupy()[0].cuda.PinnedMemoryPool()),
         (ADR_CACHED, "rmm", lambda: am.AsyncDeviceMR(pool="new", cache=FRONT_CACHE_BYTES)),
@@ -165,6 +168,9 @@ def run(cfg, ctx) -> dict:
             "the stream is surely alive), plus the cache's take and put; cuStreamQuery is timed "
             "beside them and not made (whether the stream is idle: the one sound way to skip "
             "the marker, if it were cheaper than the marker)",
+            "the legacy default stream (Python: no stream given; C++: 'cached_legacy') outlives "
+            "the cache, so a put there sets no marker: its order is taken when its blocks leave "
+            "the cache, by an event on a blocking stream of the cache's own",
         ],
     }
 
@@ -195,7 +201,8 @@ def show(res: dict) -> None:
         return (results.get(name, {}).get(str(size)) or {}).get("rounds_us") or []
 
     ratio_rows = []
-    for num, den in ((APR_CACHED, CUPY_PINNED), (APR_CACHED, APR_NEW),
+    for num, den in ((APR_CACHED, CUPY_PINNED), (APR_CACHED_DEFAULT, CUPY_PINNED),
+                     (APR_CACHED, APR_NEW),
                      (ADR_CACHED, TORCH_CACHING)):
         vals = []
         for s in sizes:
@@ -242,7 +249,8 @@ def show(res: dict) -> None:
     rows = []
     for kind, per in cpp.get("pairs", {}).items():
         for way, label in (("floor", "raw floor"), ("uncached", "no cache, via ref"),
-                           ("cached", "cache hit, via ref")):
+                           ("cached", "cache hit, via ref"),
+                           ("cached_legacy", "cache hit, via ref, legacy stream")):
             rows.append([f"{kind}: {label}"] + [_ns((per.get(str(s)) or {}).get(way))
                                                 for s in sizes])
         rows.append([f"{kind}: hit / floor (median per round)"] + [
