@@ -153,7 +153,7 @@ int main()
       cuEventDestroy(e);
     }};
     t.join();
-    check(cuMemsetD8Async(d, 2, 4096, cap), "memset while capturing, after");
+    CUresult const after = cuMemsetD8Async(d, 2, 4096, cap);
     CUgraph g{};
     CUresult const end = cuStreamEndCapture(cap, &g);
     CUgraphExec exec{};
@@ -161,9 +161,10 @@ int main()
                             ? cuGraphInstantiate(&exec, g, 0)
                             : CUDA_ERROR_INVALID_VALUE;
     std::printf("while a blocking stream captures (global), a record on the %s from another "
-                "thread: %s, the release stream's wait %s; end capture %s, instantiate %s\n",
+                "thread: %s, the release stream's wait %s; the capture's next call %s, end "
+                "capture %s, instantiate %s\n",
                 on_legacy ? "legacy stream (control)" : "witness", name_of(record), name_of(wait),
-                name_of(end), name_of(inst));
+                name_of(after), name_of(end), name_of(inst));
     if (exec) { cuGraphExecDestroy(exec); }
     if (g) { cuGraphDestroy(g); }
     cuCtxSynchronize();
