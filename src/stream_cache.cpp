@@ -385,6 +385,11 @@ cache_streams::cache_streams(std::optional<int> device)
 void cache_streams::destroy() noexcept
 {
   relaxed_capture_guard guard;
+  // The destroys return at once, but compute-sanitizer's memcheck waits there for the streams'
+  // work, and the witness's (and the release stream's behind it) is the legacy stream's, where a
+  // Python host function may wait for the GIL: seen on the H200, a resource dropped with one
+  // queued behind a kernel hung with the GIL held. So this counts as a wait.
+  blocking_region wait;
   if (witness_event != nullptr) { clear_own_error(cudaEventDestroy(witness_event)); }
   if (witness != nullptr) { clear_own_error(cudaStreamDestroy(witness)); }
   if (release != nullptr) { clear_own_error(cudaStreamDestroy(release)); }
