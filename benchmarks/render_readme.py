@@ -25,9 +25,9 @@ sys.path.insert(0, str(HERE))
 
 from asyncmr_bench import targets as targets_mod  # noqa: E402
 from asyncmr_bench.common import (  # noqa: E402
-    ADR, AMR, APR, APR_CACHED, APR_CACHED_DEFAULT, APR_NEW, CC_MANAGED, CC_PINNED, CUPY_PINNED, RMM_ASYNC,
-    RMM_ASYNC_MANAGED, RMM_MANAGED, RMM_PINNED, RMM_POOL_MANAGED, RMM_POOL_PINNED, floor_of,
-    median_of, with_release_gil,
+    ADR, AMR, APR, APR_CACHED, APR_CACHED_DEFAULT, APR_NEW, CC_MANAGED, CC_PINNED, CUPY_PINNED,
+    RMM_ASYNC, RMM_ASYNC_MANAGED, RMM_MANAGED, RMM_PINNED, RMM_POOL_MANAGED, RMM_POOL_PINNED,
+    floor_of, median_of, with_release_gil,
 )
 
 #: The committed runs the README quotes.
@@ -186,12 +186,12 @@ def benchmarks(docs: dict) -> str:
 
         default = ""
         if (fc.get(APR_CACHED_DEFAULT) or {}).get("4096"):
-            default = (f", {pair_us(APR_CACHED_DEFAULT)} us on the default (legacy) stream, whose "
-                       "frees record no event")
+            default = (f", {pair_us(APR_CACHED_DEFAULT)} us on the default (legacy) stream, "
+                       "whose frees record no event")
         lines.append(
-            f"- **Front cache** (section 11): a cached `AsyncPinnedMR` pair {pair_us(APR_CACHED)} us "
-            f"on a created stream{default}; CuPy's `PinnedMemoryPool` {pair_us(CUPY_PINNED)} us "
-            "(4 KiB).")
+            f"- **Front cache** (section 11): a cached `AsyncPinnedMR` pair "
+            f"{pair_us(APR_CACHED)} us on a created stream{default}; CuPy's `PinnedMemoryPool` "
+            f"{pair_us(CUPY_PINNED)} us (4 KiB).")
     if lines:
         out.append("The doors and the front cache, in the same run:")
         out.extend(lines)

@@ -82,6 +82,7 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -90,7 +91,6 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
-#include <iterator>
 #include <utility>
 #include <vector>
 

@@ -19,10 +19,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <random>
 #include <set>
 #include <shared_mutex>

@@ -5,8 +5,9 @@ one run:
 1. **From Python**, alloc+free pairs at 4 KiB and 64 KiB on one stream, in interleaved rounds:
    ``AsyncPinnedMR(pool="new", cache=64 MiB)`` (every pair after the first is a hit),
    the same called with no stream (RMM's default stream, the legacy stream: what a Python user
-   types, and the stream whose puts set no marker), ``AsyncPinnedMR(pool="new")`` (the driver pool), CuPy's ``PinnedMemoryPool`` (a host-side free
-   list, not stream-ordered: ``pool.malloc(n)`` dropped at once is one pair), and the raw floor
+   types, and the stream whose puts set no marker), ``AsyncPinnedMR(pool="new")`` (the driver
+   pool), CuPy's ``PinnedMemoryPool`` (a host-side free list, not stream-ordered:
+   ``pool.malloc(n)`` dropped at once is one pair), and the raw floor
    of the uncached pool in process when ``libasyncmr_floor.so`` is built. Then the cache's
    ``cache_info`` (hits, bytes against the cap), and the bytes left after ``release_cache()``.
 2. **The C++ program** ``cache_bench`` (``benchmarks/cpp``): a hit pair through
@@ -35,9 +36,9 @@ import gc
 
 from .. import floor
 from ..common import (
-    ADR_CACHED, APR_CACHED, APR_CACHED_DEFAULT, APR_NEW, CUPY_PINNED, FRONT_CACHE_BYTES, KiB, SECTION_TITLES,
-    TORCH_CACHING, cell, err_text, floor_of, fmt_ratio, fmt_size, median_difference, median_ratio,
-    percentile, print_table,
+    ADR_CACHED, APR_CACHED, APR_CACHED_DEFAULT, APR_NEW, CUPY_PINNED, FRONT_CACHE_BYTES, KiB,
+    SECTION_TITLES, TORCH_CACHING, cell, err_text, floor_of, fmt_ratio, fmt_size, median_difference,
+    median_ratio, percentile, print_table,
 )
 from ..harness import thread_round, time_pairs
 
