@@ -49,8 +49,10 @@
 #             put's marker costs (cuEventRecord against stream memory writes) and how a write
 #             orders; then ci/probes/legacy_facts.cu: whether an event on a blocking stream
 #             follows the legacy stream's earlier work, also while another stream captures (what
-#             lets a put on the legacy stream skip its marker). PROBES (default "pointer managed
-#             destroy marker legacy") picks among them
+#             lets a put on the legacy stream skip its marker); then ci/probes/discard_facts.cu:
+#             what a discard of part of a page does to the bytes around it, and what discarding
+#             at allocation saves over a prefetch. PROBES (default "pointer managed destroy
+#             marker legacy discard") picks among them
 #   before    the defect tests on the code before their fix: BEFORE_TAR (default
 #             .before/tree.tar, made here with `git archive -o .before/tree.tar <commit>`; the
 #             tree must hold the tests) is built into its own site and its soundness tests run
@@ -424,7 +426,7 @@ if has stacks; then
 fi
 
 if has probe; then
-  probe_wanted() { [[ " ${PROBES:-pointer managed destroy marker legacy} " == *" $1 "* ]]; }
+  probe_wanted() { [[ " ${PROBES:-pointer managed destroy marker legacy discard} " == *" $1 "* ]]; }
   if probe_wanted pointer; then
     run probe-build nvcc -O2 -std=c++17 -o /tmp/pointer_facts ci/probes/pointer_facts.cu -lcuda \
       && run probe timeout 90 /tmp/pointer_facts
@@ -450,6 +452,10 @@ if has probe; then
   if probe_wanted legacy; then
     run probe-legacy-build nvcc -O2 -std=c++17 -o /tmp/legacy_facts ci/probes/legacy_facts.cu -lcuda \
       && run probe-legacy timeout 60 /tmp/legacy_facts
+  fi
+  if probe_wanted discard; then
+    run probe-discard-build nvcc -O2 -std=c++17 -o /tmp/discard_facts ci/probes/discard_facts.cu \
+      && run probe-discard timeout 120 /tmp/discard_facts
   fi
 fi
 
