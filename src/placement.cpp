@@ -43,6 +43,22 @@ cudaError_t prefetch_async(void const* ptr, std::size_t bytes, location to,
 #endif
 }
 
+cudaError_t discard_and_prefetch_async(void* ptr, std::size_t bytes, location to,
+                                       cudaStream_t stream) noexcept
+{
+#if CUDART_VERSION >= 13000
+  cudaMemLocation where = to.to_cuda();
+  std::size_t first     = 0;
+  return cudaMemDiscardAndPrefetchBatchAsync(&ptr, &bytes, 1, &where, &first, 1, 0, stream);
+#else
+  static_cast<void>(ptr);
+  static_cast<void>(bytes);
+  static_cast<void>(to);
+  static_cast<void>(stream);
+  return cudaErrorNotSupported;
+#endif
+}
+
 }  // namespace detail
 
 namespace {

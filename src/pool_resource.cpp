@@ -85,7 +85,8 @@ pool_resource_base::pool_resource_base(resolved_pool resolved)
     device_{resolved.device},
     cache_{resolved.cache != 0 ? stream_cache::make(pool_, resolved.cache, device_) : nullptr},
     history_{std::make_shared<history_state>()},
-    prefetch_{resolved.prefetch}
+    prefetch_{resolved.prefetch},
+    discard_{resolved.discard}
 {
 }
 
@@ -260,7 +261,8 @@ void pool_resource_base::prefetch(void* ptr, std::size_t bytes, cudaStream_t str
   // A prefetch on a capturing stream invalidates the capture (measured on the H200): a graph's
   // allocation is not prefetched.
   if (ptr == nullptr || stream_capturing(stream)) { return; }
-  cudaError_t const status = prefetch_async(ptr, bytes, *prefetch_, stream);
+  cudaError_t const status = discard_ ? discard_and_prefetch_async(ptr, bytes, *prefetch_, stream)
+                                      : prefetch_async(ptr, bytes, *prefetch_, stream);
   if (status != cudaSuccess) {
     clear_own_error(status);
     refused_prefetches.fetch_add(1, std::memory_order_relaxed);

@@ -10,6 +10,7 @@
 #include <asyncmr/detail/front_cache.hpp>
 #include <asyncmr/detail/pool_resource_base.hpp>
 #include <asyncmr/error.hpp>
+#include <asyncmr/placement.hpp>
 
 #include "detail/placement.hpp"
 
@@ -72,6 +73,21 @@ void check_options(allocation_type type, resource_options const& o)
       refuse_field(type, "prefetch", "only managed memory migrates");
     }
     check_prefetch_target(*o.prefetch);
+  }
+  if (o.discard) {
+    if (type != allocation_type::managed) {
+      refuse_field(type, "discard", "only managed memory migrates");
+    }
+    if (!o.prefetch) {
+      throw std::invalid_argument{
+        "asyncmr: AsyncManagedMR's discard needs a prefetch target: it drops the old contents as "
+        "an allocation is prefetched (a discard alone makes the next access fault its pages in)"};
+    }
+    if (!can_discard()) {
+      throw unsupported_error{"asyncmr: AsyncManagedMR's discard needs the CUDA 13 build of "
+                              "asyncmr (asyncmr-cu13) on a CUDA 13 driver; this build is for "
+                              "CUDA " + version_string(versions().runtime)};
+    }
   }
 }
 
@@ -159,7 +175,7 @@ resolved_pool resolve_pool(allocation_type type, resource_options const& o, mem_
     }
     if (o.release_threshold) { pool.set<pool_attribute::release_threshold>(*o.release_threshold); }
     if (remote) { grant_access(pool, o.accessible_from); }
-    return {std::move(pool), device, o.cache, o.prefetch};
+    return {std::move(pool), device, o.cache, o.prefetch, o.discard};
   }
   location where = location::host();
   switch (type) {
@@ -178,7 +194,7 @@ resolved_pool resolve_pool(allocation_type type, resource_options const& o, mem_
   mem_pool pool = obtain(type, where, o);
   if (o.source != pool_source::new_pool) { apply_shared_threshold_policy(pool, o.release_threshold); }
   if (where.is_host()) { grant_access(pool, o.accessible_from); }
-  return {std::move(pool), device, o.cache, o.prefetch};
+  return {std::move(pool), device, o.cache, o.prefetch, o.discard};
 }
 
 }  // namespace asyncmr::detail

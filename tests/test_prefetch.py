@@ -92,3 +92,48 @@ def test_an_allocation_inside_a_capture_is_not_prefetched_and_the_capture_stays_
         graph = cs.end_capture()  # raises if the capture was invalidated
     graph.launch(cs)
     cs.synchronize()
+
+
+def test_discard_places_each_allocation_and_keeps_its_neighbours_bytes(gpu):
+    """``discard=True``: an allocation's old contents are dropped as it is prefetched; a block
+    sharing a 4 KiB page with it keeps every byte (the driver drops only whole pages inside the
+    range: ci/probes/discard_facts.cu). The CUDA 12 build refuses the option."""
+    import ctypes
+
+    if not asyncmr.can_discard():
+        with pytest.raises(asyncmr.UnsupportedError, match="discard needs the CUDA 13 build"):
+            AsyncManagedMR(pool="new", prefetch="device", discard=True)
+        return
+    mr = AsyncManagedMR(pool="new", prefetch="device", discard=True)
+    assert mr.discard is True and mr.prefetch == Location.device(0)
+    s = Stream()
+    failed = asyncmr.failed_prefetches()
+    small = 3000  # blocks 3072 bytes apart: most 4 KiB pages are shared
+    first = mr.allocate(small, s)
+    s.synchronize()
+    expected = bytes((i * 7 + 3) & 0xFF for i in range(small))
+    ctypes.memmove(first, expected, small)  # the host writes it
+    others = [mr.allocate(small, s) for _ in range(8)]  # each one discarded and prefetched
+    s.synchronize()
+
+    def pages(p):
+        return set(range(p // 4096, (p + small - 1) // 4096 + 1))
+
+    assert any(pages(o) & pages(first) for o in others), "no neighbour shares a page: proves nothing"
+    assert ctypes.string_at(first, small) == expected, "a neighbour's discard dropped its bytes"
+    assert last_prefetch(others[0], small) == 0
+    big = mr.allocate(8 * MiB, s)  # pool memory the host touches, freed, allocated again
+    s.synchronize()
+    ctypes.memset(big, 1, 8 * MiB)
+    mr.deallocate(big, 8 * MiB, s)
+    again = mr.allocate(8 * MiB, s)
+    s.synchronize()
+    assert last_prefetch(again, 8 * MiB) == 0
+    assert asyncmr.failed_prefetches() == failed
+    for p in [again, *others, first]:
+        mr.deallocate(p, 8 * MiB if p == again else small, s)
+    s.synchronize()
+
+
+def test_discard_is_off_by_default(gpu):
+    assert AsyncManagedMR(pool="new", prefetch="device").discard is False

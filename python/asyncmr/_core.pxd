@@ -148,6 +148,7 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         optional[vector[int]] accessible_from
         size_t cache
         optional[location_t] prefetch
+        cbool discard
 
     cdef cppclass imported_allocation:
         size_t size()
@@ -217,6 +218,7 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         vector[history_event] read_history(uint64_t&) except +translate_exception
         cbool recording_history()
         optional[location_t] prefetch_target()
+        cbool prefetch_discards()
 
     cdef cppclass async_managed_memory_resource(pool_resource_base):
         int device()

@@ -251,11 +251,14 @@ class AsyncManagedMR(_PoolResource):
         accessible_from: _Devices = "all",
         cache: int | None = None,
         prefetch: Literal["device", "host"] | int | Location | None = None,
+        discard: bool = False,
     ) -> None: ...
     @property
     def device(self) -> int: ...
     @property
     def prefetch(self) -> Location | None: ...
+    @property
+    def discard(self) -> bool: ...
 
 @disjoint_base
 class AsyncPinnedMR(_PoolResource):

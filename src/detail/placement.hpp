@@ -23,4 +23,11 @@ void check_prefetch_target(location to);
                                          location to,
                                          cudaStream_t stream) noexcept;
 
+/// `cudaMemDiscardAndPrefetchBatchAsync` of the one range to `to` on the CUDA 13 build;
+/// `cudaErrorNotSupported` on the CUDA 12 build, which has no such call.
+[[nodiscard]] cudaError_t discard_and_prefetch_async(void* ptr,
+                                                     std::size_t bytes,
+                                                     location to,
+                                                     cudaStream_t stream) noexcept;
+
 }  // namespace asyncmr::detail

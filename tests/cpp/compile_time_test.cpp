@@ -145,6 +145,10 @@ TEST(ResourceOptions, AFieldTheResourceDoesNotUseIsRefusedByName)
                       "takes no prefetch"));
   EXPECT_TRUE(refused([] { async_managed_memory_resource{{.prefetch = location::none()}}; },
                       "prefetch must be a device or the host"));
+  EXPECT_TRUE(refused([] { async_pinned_memory_resource{{.discard = true}}; }, "takes no discard"));
+  EXPECT_TRUE(refused([] { async_device_memory_resource{{.discard = true}}; }, "takes no discard"));
+  EXPECT_TRUE(refused([] { async_managed_memory_resource{{.discard = true}}; },
+                      "discard needs a prefetch target"));
 }
 
 TEST(ResourceOptions, TheThreeOptionNamesAreOneStruct)
@@ -160,7 +164,8 @@ TEST(ResourceOptions, TheThreeOptionNamesAreOneStruct)
                                             .release_threshold = 0,
                                             .accessible_from   = std::vector<int>{0},
                                             .cache             = 0,
-                                            .prefetch          = location::host()};
+                                            .prefetch          = location::host(),
+                                            .discard           = true};
   SUCCEED();
 }
 

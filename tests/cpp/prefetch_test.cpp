@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <vector>
 
@@ -48,14 +50,69 @@ TEST_F(PrefetchTest, EveryAllocationGoesToTheTarget)
 
 TEST_F(PrefetchTest, ACapturedAllocationIsNotPrefetchedAndTheCaptureStaysValid)
 {
-  async_managed_memory_resource mr{
-    {.source = pool_source::new_pool, .prefetch = location::device(0)}};
-  capture_scope capture{stream(), cudaStreamCaptureModeThreadLocal};
-  ASSERT_EQ(capture.begin_status(), cudaSuccess);
-  void* g = mr.allocate(stream_ref(), mib);
-  mr.deallocate(stream_ref(), g, mib);
-  ASSERT_EQ(capture.end(), cudaSuccess) << "a prefetch inside the capture invalidated it";
-  EXPECT_EQ(instantiate_and_run(capture.graph(), stream()), cudaSuccess);
+  for (bool const discard : {false, true}) {
+    if (discard && !can_discard()) { continue; }  // refused at construction (the test below)
+    async_managed_memory_resource mr{
+      {.source = pool_source::new_pool, .prefetch = location::device(0), .discard = discard}};
+    capture_scope capture{stream(), cudaStreamCaptureModeThreadLocal};
+    ASSERT_EQ(capture.begin_status(), cudaSuccess);
+    void* g = mr.allocate(stream_ref(), mib);
+    mr.deallocate(stream_ref(), g, mib);
+    ASSERT_EQ(capture.end(), cudaSuccess)
+      << "a prefetch inside the capture invalidated it (discard " << discard << ")";
+    EXPECT_EQ(instantiate_and_run(capture.graph(), stream()), cudaSuccess);
+  }
+}
+
+// discard = true: each allocation's pages are placed at the target with their old contents
+// dropped, and a neighbour sharing a page with it keeps every byte (the driver drops only whole
+// pages inside the range: ci/probes/discard_facts.cu).
+TEST_F(PrefetchTest, DiscardAtAllocationPlacesTheBlockAndKeepsItsNeighboursBytes)
+{
+  resource_options const options{
+    .source = pool_source::new_pool, .prefetch = location::device(0), .discard = true};
+  if (!can_discard()) {
+    EXPECT_THROW(async_managed_memory_resource{options}, unsupported_error);
+    return;
+  }
+  async_managed_memory_resource mr{options};
+  EXPECT_TRUE(mr.prefetch_discards());
+  std::uint64_t const failed = failed_prefetches();
+  constexpr std::size_t small = 3000;  // blocks 3072 bytes apart: most pages are shared
+  auto* const first = static_cast<unsigned char*>(mr.allocate(stream_ref(), small));
+  ASSERT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
+  auto expected = [](std::size_t i) { return static_cast<unsigned char>(i * 7 + 3); };
+  for (std::size_t i = 0; i < small; ++i) { first[i] = expected(i); }  // the host writes it
+  auto pages_meet = [&](void const* p) {  // do p's 4 KiB pages and the first block's meet?
+    auto const a = reinterpret_cast<std::uintptr_t>(first);
+    auto const b = reinterpret_cast<std::uintptr_t>(p);
+    return b / 4096 <= (a + small - 1) / 4096 && a / 4096 <= (b + small - 1) / 4096;
+  };
+  std::vector<void*> next;
+  bool shares_a_page = false;
+  for (int i = 0; i < 8; ++i) {
+    next.push_back(mr.allocate(stream_ref(), small));  // each one discarded and prefetched
+    shares_a_page = shares_a_page || pages_meet(next.back());
+  }
+  ASSERT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
+  EXPECT_TRUE(shares_a_page) << "no block shared a page with the first: the test proves nothing";
+  std::size_t changed = 0;
+  for (std::size_t i = 0; i < small; ++i) { changed += first[i] != expected(i) ? 1 : 0; }
+  EXPECT_EQ(changed, 0U) << "a neighbour's discard dropped bytes of the first block";
+  EXPECT_EQ(last_prefetch(next.front(), small), 0);
+  // Reused pool memory last touched by the host: placed on the device again.
+  void* big = mr.allocate(stream_ref(), 8 * mib);
+  ASSERT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
+  std::memset(big, 1, 8 * mib);
+  mr.deallocate(stream_ref(), big, 8 * mib);
+  void* again = mr.allocate(stream_ref(), 8 * mib);
+  ASSERT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
+  EXPECT_EQ(last_prefetch(again, 8 * mib), 0);
+  EXPECT_EQ(failed_prefetches(), failed);
+  mr.deallocate(stream_ref(), again, 8 * mib);
+  for (void* p : next) { mr.deallocate(stream_ref(), p, small); }
+  mr.deallocate(stream_ref(), first, small);
+  EXPECT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
 }
 
 TEST_F(PrefetchTest, PlacementCallsMoveRangesAndRefuseWhatTheyCannot)

@@ -44,6 +44,7 @@ struct resolved_pool {
   std::optional<int> device;  ///< managed and device resources
   std::size_t cache{0};
   std::optional<location> prefetch;  ///< managed resources: where allocations migrate
+  bool discard{false};  ///< managed resources: their old contents dropped as they do
 };
 
 /**
@@ -182,6 +183,8 @@ class pool_resource_base {
 
   /// @brief Where allocations are prefetched to (`resource_options::prefetch`); none if not.
   [[nodiscard]] std::optional<location> prefetch_target() const noexcept { return prefetch_; }
+  /// @brief Whether a prefetch at allocation drops the old contents (`resource_options::discard`).
+  [[nodiscard]] bool prefetch_discards() const noexcept { return discard_; }
 
  protected:
   /// @brief A resource on `resolved.pool`, with a front cache when `resolved.cache` > 0 (its
@@ -210,6 +213,7 @@ class pool_resource_base {
   // The recording, shared by copies (null only in a moved-from resource).
   std::shared_ptr<history_state> history_;
   std::optional<location> prefetch_;
+  bool discard_{false};
 
   void prefetch(void* ptr, std::size_t bytes, cudaStream_t stream) const noexcept;
 
