@@ -853,14 +853,19 @@ def test_compare_builds_names_an_unreadable_file(tmp_path, capsys):
 # ---- section 12: managed placement -----------------------------------------------------------
 
 
-def _placement_doc(faults, prefetched, none, option, stack, loop, batch, ours):
+def _placement_doc(faults, prefetched, none, option, stack, loop, batch, ours, discarding=None):
+    """discarding: the rounds of prefetch='device', discard=True, or None for a build without
+    discard (CUDA 12), where the section leaves that way out."""
     def e(rounds):
         return {"median_ms": sorted(rounds)[len(rounds) // 2], "rounds_ms": rounds}
 
+    reused = {"AsyncManagedMR()": e(none), "AsyncManagedMR(prefetch='device')": e(option),
+              "rmm PrefetchResourceAdaptor stack": e(stack)}
+    if discarding is not None:
+        reused["AsyncManagedMR(prefetch='device', discard=True)"] = e(discarding)
     return {"params": {"sections": [12]}, "sections": {SECTION_KEYS[12]: {
         "host_written": {"faults": e(faults), "asyncmr.prefetch": e(prefetched)},
-        "reused": {"AsyncManagedMR()": e(none), "AsyncManagedMR(prefetch='device')": e(option),
-                   "rmm PrefetchResourceAdaptor stack": e(stack)},
+        "reused": reused,
         "small_ranges": {"loop of cudaMemPrefetchAsync": e(loop),
                          "cudaMemPrefetchBatchAsync": batch if isinstance(batch, dict)
                          else e(batch),
@@ -870,13 +875,17 @@ def _placement_doc(faults, prefetched, none, option, stack, loop, batch, ours):
 
 def test_placement_targets_from_raw_rounds():
     doc = _placement_doc(faults=[120.0, 100.0, 130.0], prefetched=[25.0, 20.0, 40.0],
-                         none=[36.0, 30.0, 40.0], option=[0.3, 0.3, 5.0],
-                         stack=[0.3, 0.25, 0.3], loop=[3.3, 3.0, 3.6], batch=[19.6, 2.0, 20.0],
-                         ours=[3.4, 2.1, 3.5])
+                         none=[36.0, 30.0, 40.0], option=[6.0, 5.0, 8.0],
+                         stack=[6.0, 5.0, 8.0], loop=[3.3, 3.0, 3.6], batch=[19.6, 2.0, 20.0],
+                         ours=[3.4, 2.1, 3.5], discarding=[0.3, 0.3, 5.0])
     a, b_none, b_stack, c = [t for t in targets.compute_targets(doc) if t["section"] == 12]
     assert a["value"] == pytest.approx(4.8) and a["met"]  # 120/25, 100/20, 130/40 -> 4.8
-    assert b_none["value"] == pytest.approx(100.0) and b_none["met"]  # 120, 100, 8 -> 100
-    assert b_stack["value"] == pytest.approx(1.2) and not b_stack["met"]  # 1, 1.2, 16.7
+    # none against the discarding way, not the plain prefetch: 120, 100, 8 -> 100
+    assert b_none["value"] == pytest.approx(100.0) and b_none["met"]
+    # the worse of the two ways against the stack: plain 1, 1, 1; discarding 0.05, 0.06, 0.625
+    assert b_stack["cells"]["b"] == pytest.approx(1.0)
+    assert b_stack["cells"]["b, discard=True"] == pytest.approx(0.06)
+    assert b_stack["value"] == pytest.approx(1.0) and b_stack["met"]
     assert c["value"] == pytest.approx(3.4 / 3.3) and c["met"]  # against min(loop, batch)
 
 
@@ -887,6 +896,15 @@ def test_placement_target_without_the_batch_call_uses_the_loop():
     assert not a["met"] and a["value"] == pytest.approx(2.0)
     assert not b_none["met"]
     assert not c["met"] and c["value"] == pytest.approx(4.0 / 3.0)
+
+
+def test_placement_target_on_a_build_without_discard_says_why_it_is_missing():
+    doc = _placement_doc(faults=[10.0], prefetched=[1.0], none=[30.0], option=[5.0],
+                         stack=[5.0], loop=[3.0], batch=[3.0], ours=[3.0])
+    _, b_none, b_stack, _ = [t for t in targets.compute_targets(doc) if t["section"] == 12]
+    assert not b_none["met"] and b_none["missing"] == ["b"]
+    assert "this build has no discard" in b_none["note"]
+    assert b_stack["met"] and list(b_stack["cells"]) == ["b"]  # the plain way alone, 1.0
 
 
 # ---- section 13: the managed stacks --------------------------------------------------------

@@ -5,15 +5,17 @@ a. Host-written data read by a kernel: faults, ``asyncmr.prefetch`` before the k
    RMM's adaptor stack (``PrefetchResourceAdaptor(PoolMemoryResource(ManagedMemoryResource))``,
    which prefetches at allocation, before the host writes).
 b. Pool memory last touched by the host, then reused by a new allocation and read by a kernel:
-   ``AsyncManagedMR()`` (no prefetch), ``AsyncManagedMR(prefetch="device")``, RMM's stack.
+   ``AsyncManagedMR()`` (no prefetch), ``AsyncManagedMR(prefetch="device")`` (the old contents
+   migrate), ``AsyncManagedMR(prefetch="device", discard=True)`` (they are dropped: CUDA 13
+   build), RMM's stack.
 c. Many small ranges already on the device, prefetched again: a loop of
    ``cudaMemPrefetchAsync``, one ``cudaMemPrefetchBatchAsync`` (CUDA 13), ``asyncmr.prefetch``.
 d. Memory about to be overwritten on the device: ``asyncmr.prefetch`` against
    ``asyncmr.discard_and_prefetch``.
 Times are per round (ms), from the first placement call to the end of the kernel, rounds of
 the ways interleaved. Targets (targets.py): a. faults / asyncmr.prefetch >= 4; b. none /
-prefetch= >= 10 and prefetch= / RMM's stack <= 1.1; c. asyncmr.prefetch / the faster of loop
-and batch <= 1.1 (medians of per-round ratios).
+prefetch=, discard=True >= 10 and prefetch= (either way) / RMM's stack <= 1.1; c.
+asyncmr.prefetch / the faster of loop and batch <= 1.1 (medians of per-round ratios).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..common import MiB, SECTION_TITLES, err_text, print_ratio_values, print_ta
 RANGE_BYTES = 64 << 10
 FAULTS, PREFETCH, RMM_STACK = "faults", "asyncmr.prefetch", "rmm PrefetchResourceAdaptor stack"
 NONE, OPTION = "AsyncManagedMR()", "AsyncManagedMR(prefetch='device')"
+DISCARDING = "AsyncManagedMR(prefetch='device', discard=True)"
 LOOP, BATCH = "loop of cudaMemPrefetchAsync", "cudaMemPrefetchBatchAsync"
 DISCARD = "asyncmr.discard_and_prefetch"
 
@@ -126,11 +129,15 @@ def run(cfg, ctx) -> dict:
             return dt * 1e-6
         return one
 
-    b = _rounds({
+    ways_b = {
         NONE: reuse(am.AsyncManagedMR(pool="new"), False),
         OPTION: reuse(am.AsyncManagedMR(pool="new", prefetch="device"), False),
         RMM_STACK: reuse(_rmm_stack(ctx, n), True),
-    }, cfg.placement_repeats)
+    }
+    if am.can_discard():
+        ways_b[DISCARDING] = reuse(am.AsyncManagedMR(pool="new", prefetch="device",
+                                                     discard=True), False)
+    b = _rounds(ways_b, cfg.placement_repeats)
 
     # c. many small ranges, already on the device
     from cuda.bindings import runtime as cudart
@@ -229,6 +236,8 @@ def show(res: dict) -> None:
     print_ratio_values({
         "a. faults / asyncmr.prefetch": ratio(_median(a.get(FAULTS)), _median(a.get(PREFETCH))),
         "b. none / prefetch=": ratio(_median(b.get(NONE)), _median(b.get(OPTION))),
+        "b. none / prefetch=, discard=True": ratio(_median(b.get(NONE)),
+                                                   _median(b.get(DISCARDING))),
         "b. prefetch= / rmm stack": ratio(_median(b.get(OPTION)), _median(b.get(RMM_STACK))),
     })
 
