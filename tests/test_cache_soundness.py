@@ -340,6 +340,51 @@ def test_an_allocation_the_pool_cannot_serve_gets_the_cached_memory_back(gpu):
 
 # ---- 13. giving cached blocks back never breaks another thread's capture -------------------------------
 
+def give_back_while_capturing(cupy, holder, action, *, mode, non_blocking, whose):
+    """While another thread captures on a new CuPy stream (``mode``; ``non_blocking``: its
+    kind), gives the cache of ``holder[0]`` back by ``action`` ("release_cache", "trim_to", or
+    "drop": the holder's reference, the only one, goes). Then asserts the capture survived,
+    that the cache is empty (unless dropped), and that the graph runs."""
+    buf = cupy.zeros(1024, dtype=cupy.uint32)
+    cs = cupy.cuda.Stream(non_blocking=non_blocking)
+    capturing, released = threading.Event(), threading.Event()
+    outcome = {}
+
+    def capture():
+        try:
+            with cs:
+                cs.begin_capture(mode)
+                buf.fill(1)
+                capturing.set()
+                released.wait(30)
+                buf.fill(2)
+                outcome["graph"] = cs.end_capture()
+        except Exception as e:  # the capture was invalidated
+            outcome["error"] = repr(e)
+            capturing.set()
+
+    t = threading.Thread(target=capture)
+    t.start()
+    assert capturing.wait(30)
+    try:
+        if action == "release_cache":
+            holder[0].release_cache()
+        elif action == "trim_to":
+            holder[0].trim_to(0)
+        else:
+            holder.clear()
+    finally:
+        released.set()
+        t.join(60)
+    assert "error" not in outcome, f"{action} broke {whose}: {outcome['error']}"
+    if action != "drop":
+        info = holder[0].cache_info
+        assert info["blocks"] == 0 and info["parked_blocks"] == 0, f"nothing went back: {info}"
+    outcome["graph"].launch(cs)
+    cs.synchronize()
+    assert int(buf[0]) == 2
+
+
 @pytest.mark.parametrize("mode", ["thread_local", "global"])
 @pytest.mark.parametrize("action", ["release_cache", "trim_to", "drop"])
 def test_giving_the_cache_back_leaves_another_threads_capture_valid(gpu, mode, action):
@@ -355,44 +400,10 @@ def test_giving_the_cache_back_leaves_another_threads_capture_valid(gpu, mode, a
         mr.deallocate(p, 4 * KiB, own)
     own.synchronize()
     assert mr.cache_info["blocks"] == 8
-    buf = cupy.zeros(1024, dtype=cupy.uint32)
-    cs = cupy.cuda.Stream(non_blocking=True)
-    capturing, released = threading.Event(), threading.Event()
-    outcome = {}
-
-    def capture():
-        try:
-            with cs:
-                cs.begin_capture(modes[mode])
-                buf.fill(1)
-                capturing.set()
-                released.wait(30)
-                buf.fill(2)
-                outcome["graph"] = cs.end_capture()
-        except Exception as e:  # the capture was invalidated
-            outcome["error"] = repr(e)
-            capturing.set()
-
-    t = threading.Thread(target=capture)
-    t.start()
-    assert capturing.wait(30)
-    try:
-        if action == "release_cache":
-            mr.release_cache()
-        elif action == "trim_to":
-            mr.trim_to(0)
-        else:
-            del mr
-    finally:
-        released.set()
-        t.join(60)
-    assert "error" not in outcome, f"{action} broke the other thread's capture: {outcome['error']}"
-    if action != "drop":
-        info = mr.cache_info
-        assert info["blocks"] == 0 and info["parked_blocks"] == 0, f"nothing went back: {info}"
-    outcome["graph"].launch(cs)
-    cs.synchronize()
-    assert int(buf[0]) == 2
+    holder = [mr]
+    del mr  # the helper holds the only reference, so "drop" ends the resource
+    give_back_while_capturing(cupy, holder, action, mode=modes[mode], non_blocking=True,
+                              whose="the other thread's capture")
 
 
 # ---- 14. a release waits for a block's last use whatever stream it ran on ------------------------
@@ -484,41 +495,8 @@ def test_giving_legacy_stream_blocks_back_leaves_a_blocking_streams_capture_vali
         mr.deallocate(p, 4 * KiB, legacy)
     sync()
     assert mr.cache_info["blocks"] == 8
-    buf = cupy.zeros(1024, dtype=cupy.uint32)
-    cs = cupy.cuda.Stream(non_blocking=False)  # blocking: the legacy stream would join it
-    capturing, released = threading.Event(), threading.Event()
-    outcome = {}
-
-    def capture():
-        try:
-            with cs:
-                cs.begin_capture(cupy.cuda.runtime.streamCaptureModeGlobal)
-                buf.fill(1)
-                capturing.set()
-                released.wait(30)
-                buf.fill(2)
-                outcome["graph"] = cs.end_capture()
-        except Exception as e:  # the capture was invalidated
-            outcome["error"] = repr(e)
-            capturing.set()
-
-    t = threading.Thread(target=capture)
-    t.start()
-    assert capturing.wait(30)
-    try:
-        if action == "release_cache":
-            mr.release_cache()
-        elif action == "trim_to":
-            mr.trim_to(0)
-        else:
-            del mr
-    finally:
-        released.set()
-        t.join(60)
-    assert "error" not in outcome, f"{action} broke the blocking stream's capture: {outcome['error']}"
-    if action != "drop":
-        info = mr.cache_info
-        assert info["blocks"] == 0 and info["parked_blocks"] == 0, f"nothing went back: {info}"
-    outcome["graph"].launch(cs)
-    cs.synchronize()
-    assert int(buf[0]) == 2
+    holder = [mr]
+    del mr  # the helper holds the only reference, so "drop" ends the resource
+    # blocking: the legacy stream would join it
+    give_back_while_capturing(cupy, holder, action, mode=cupy.cuda.runtime.streamCaptureModeGlobal,
+                              non_blocking=False, whose="the blocking stream's capture")
