@@ -15,6 +15,7 @@ import pytest
 
 from gpu_helpers import describe, not_applicable
 
+import asyncmr
 import asyncmr.cudf_pandas as door
 
 HAVE_CUDF = importlib.util.find_spec("cudf") is not None
@@ -36,6 +37,29 @@ def test_a_bad_cache_argument_is_refused_before_anything_is_set_up(args, capsys)
     if len(args) > 2:
         assert f"--cache takes a number of bytes (0 or more), got {args[1]!r}" in err
     assert door._installed is None  # nothing was installed
+
+
+@pytest.mark.parametrize("args, wrong", [
+    (["--prefetch"], "--prefetch takes device, host or a device ordinal, got ''"),
+    (["--prefetch", "gpu", "s.py"], "--prefetch takes device, host or a device ordinal, got 'gpu'"),
+    (["--prefetch", "-1", "s.py"], "--prefetch takes device, host or a device ordinal, got '-1'"),
+    (["--discard", "s.py"], "--discard needs --prefetch"),
+    (["--cache", "64", "--cache", "64", "s.py"], "--cache is given twice"),
+    (["--prefetch", "host", "--discard", "--discard", "s.py"], "--discard is given twice"),
+])
+def test_bad_placement_arguments_are_refused_before_anything_is_set_up(args, wrong, capsys):
+    assert door.main(args) == 2
+    err = capsys.readouterr().err
+    assert f"asyncmr cudf-pandas: {wrong}" in err and "[--prefetch device|host|N] [--discard]" in err
+    assert door._installed is None
+
+
+def test_the_door_options_become_install_keywords():
+    assert door._options(["--prefetch", "device", "--discard", "--cache", "0", "s.py", "--x"]) == (
+        {"prefetch": "device", "discard": True, "cache": 0}, ["s.py", "--x"])
+    assert door._options(["--prefetch", "1", "-m", "mod"]) == ({"prefetch": 1}, ["-m", "mod"])
+    # What follows the script is the script's, even when it looks like the door's own options.
+    assert door._options(["s.py", "--discard"]) == ({}, ["s.py", "--discard"])
 
 
 @pytest.mark.skipif(HAVE_CUDF, reason="not applicable: cuDF is installed here")
@@ -63,28 +87,35 @@ lens = df["s"].str.upper().str.len().sum()
 df.head(100_000).to_parquet(sys.argv[1])
 back = pd.read_parquet(sys.argv[1])
 mr = rmm.mr.get_current_device_resource()
-print(type(mr).__name__, int(mr.attributes.used_mem_high) > 0)
+print(type(mr).__name__, int(mr.attributes.used_mem_high) > 0, mr.prefetch, mr.discard)
 print(json.dumps([float(g["sum"].sum()), float(m["v"].sum()), int(lens), len(back)]))
 '''
 
 
-def test_a_pandas_workload_runs_on_an_asyncmr_pool(gpu, tmp_path):
+@pytest.mark.parametrize("options, shown", [
+    ([], "None False"),
+    (["--prefetch", "device", "--discard"], "Location.device(0) True"),
+], ids=["plain", "prefetch-discard"])
+def test_a_pandas_workload_runs_on_an_asyncmr_pool(gpu, tmp_path, options, shown):
     if not HAVE_CUDF and os.environ.get("ASYNCMR_REQUIRE_CUDF") != "1":
         not_applicable("cuDF is not installed (ci/gpu.sh's cudf stage installs it)")
+    if "--discard" in options and not asyncmr.can_discard():
+        not_applicable("discard needs the CUDA 13 build (the cudf stage runs that one)")
     script = tmp_path / "workload.py"
     script.write_text(textwrap.dedent(WORKLOAD))
     env = dict(os.environ)
     through_door = subprocess.run(
-        [sys.executable, "-m", "asyncmr", "cudf-pandas", str(script), str(tmp_path / "a.pq")],
-        capture_output=True, text=True, timeout=600, env=env)
+        [sys.executable, "-m", "asyncmr", "cudf-pandas", *options, str(script),
+         str(tmp_path / "a.pq")], capture_output=True, text=True, timeout=600, env=env)
     assert through_door.returncode == 0, describe(through_door)
     plain = subprocess.run([sys.executable, "-c", WORKLOAD.replace(
         "mr = rmm.mr.get_current_device_resource()\nprint(type(mr).__name__, "
-        "int(mr.attributes.used_mem_high) > 0)\n", "print('plain', True)\n"), str(tmp_path / "b.pq")],
+        "int(mr.attributes.used_mem_high) > 0, mr.prefetch, mr.discard)\n",
+        "print('plain', True)\n"), str(tmp_path / "b.pq")],
         capture_output=True, text=True, timeout=600, env=env)
     assert plain.returncode == 0, describe(plain)
     first, answers = through_door.stdout.strip().splitlines()[-2:]
-    assert first == "AsyncManagedMR True", through_door.stdout
+    assert first == f"AsyncManagedMR True {shown}", through_door.stdout
     got, want = json.loads(answers), json.loads(plain.stdout.strip().splitlines()[-1])
     # Sums of a million floats: the GPU adds in another order.
     assert got[2:] == want[2:] and all(math.isclose(a, b, rel_tol=1e-9)

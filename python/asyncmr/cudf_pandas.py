@@ -10,6 +10,11 @@ or, as ``python -m cudf.pandas`` does for a script or a module::
     python -m asyncmr cudf-pandas script.py ARGS...
     python -m asyncmr cudf-pandas -m module ARGS...
     python -m asyncmr cudf-pandas --cache BYTES script.py ARGS...   (a front cache, see README)
+    python -m asyncmr cudf-pandas --prefetch device --discard script.py ARGS...
+
+``--prefetch`` (``device``, ``host`` or a device ordinal) and ``--discard`` are the resource's
+``prefetch=`` and ``discard=True``: every allocation placed where it will be used, its old
+contents dropped instead of migrated (CUDA 13 build).
 
 cudf.pandas's default memory is RMM's pool adaptor over managed memory with libcudf's managed
 prefetching on; ``install`` puts an :class:`asyncmr.AsyncManagedMR` in the adaptor's place
@@ -22,6 +27,7 @@ import runpy
 import sys
 from typing import Any
 
+import asyncmr
 from asyncmr import AsyncManagedMR
 
 __all__ = ["install", "main"]
@@ -30,16 +36,18 @@ _installed: AsyncManagedMR | None = None
 _installed_options: dict[str, Any] | None = None  # install()'s options (a resource takes no attributes)
 
 
-def install(*, pool: Any = "default", prefetch: Any = None, release_threshold: int | None = None,
-            cache: int | None = None, libcudf_prefetch: bool = True) -> AsyncManagedMR:
+def install(*, pool: Any = "default", prefetch: Any = None, discard: bool = False,
+            release_threshold: int | None = None, cache: int | None = None,
+            libcudf_prefetch: bool = True) -> AsyncManagedMR:
     """Makes an :class:`asyncmr.AsyncManagedMR` RMM's current device resource, turns on
     libcudf's managed-memory prefetching (``libcudf_prefetch``), then ``cudf.pandas.install()``.
     The keyword arguments are the resource's. Returns the resource. Calling it again returns
     the installed resource (a different configuration raises RuntimeError: cudf.pandas is set up
     once per process)."""
     global _installed, _installed_options
-    wanted = {"pool": pool, "prefetch": prefetch, "release_threshold": release_threshold,
-              "cache": cache, "libcudf_prefetch": libcudf_prefetch}
+    wanted = {"pool": pool, "prefetch": prefetch, "discard": discard,
+              "release_threshold": release_threshold, "cache": cache,
+              "libcudf_prefetch": libcudf_prefetch}
     if _installed is not None:
         if _installed_options != wanted:
             raise RuntimeError("asyncmr.cudf_pandas.install() ran already with other options; "
@@ -52,8 +60,8 @@ def install(*, pool: Any = "default", prefetch: Any = None, release_threshold: i
         raise ImportError(f"asyncmr.cudf_pandas needs cuDF (pip install cudf-cu13): {e}") from e
     import rmm
 
-    mr = AsyncManagedMR(pool=pool, prefetch=prefetch, release_threshold=release_threshold,
-                        cache=cache)
+    mr = AsyncManagedMR(pool=pool, prefetch=prefetch, discard=discard,
+                        release_threshold=release_threshold, cache=cache)
     rmm.mr.set_current_device_resource(mr)
     if libcudf_prefetch:
         pylibcudf.prefetch.enable()
@@ -62,34 +70,63 @@ def install(*, pool: Any = "default", prefetch: Any = None, release_threshold: i
     return mr
 
 
+USAGE = ("usage: python -m asyncmr cudf-pandas [--cache BYTES] [--prefetch device|host|N] "
+         "[--discard] (SCRIPT | -m MODULE) [ARGS...]")
+
+
+def _options(args: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """Takes the door's own options off the front of ``args``: (install's keywords, the rest).
+    Raises ValueError naming the option that is wrong."""
+    options: dict[str, Any] = {}
+    while args and args[0] in ("--cache", "--prefetch", "--discard"):
+        flag, args = args[0], args[1:]
+        if flag[2:] in options:
+            raise ValueError(f"{flag} is given twice")
+        if flag == "--discard":
+            options["discard"] = True
+            continue
+        value = args[0] if args else ""
+        args = args[1:]
+        if flag == "--cache":
+            if not value.isdigit():
+                raise ValueError(f"--cache takes a number of bytes (0 or more), got {value!r}")
+            options["cache"] = int(value)
+        elif value in ("device", "host"):
+            options["prefetch"] = value
+        elif value.isdigit():
+            options["prefetch"] = int(value)
+        else:
+            raise ValueError(f"--prefetch takes device, host or a device ordinal, got {value!r}")
+    if options.get("discard") and "prefetch" not in options:
+        raise ValueError("--discard needs --prefetch (it drops the old contents as an "
+                         "allocation is prefetched)")
+    return options, args
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m asyncmr cudf-pandas (script.py | -m module) [ARGS...]``."""
+    """``python -m asyncmr cudf-pandas [OPTIONS] (script.py | -m module) [ARGS...]``."""
     args = list(sys.argv[1:] if argv is None else argv)
-    usage = "usage: python -m asyncmr cudf-pandas [--cache BYTES] (SCRIPT | -m MODULE) [ARGS...]"
     if not args or args[0] in ("-h", "--help"):
-        print(usage, file=sys.stderr if not args else sys.stdout)
+        print(USAGE, file=sys.stderr if not args else sys.stdout)
         return 2 if not args else 0
-    cache = None
-    if args[0] == "--cache":
-        value = args[1] if len(args) > 1 else ""
-        if not value.isdigit():
-            print(f"asyncmr cudf-pandas: --cache takes a number of bytes (0 or more), got "
-                  f"{value!r}\n{usage}", file=sys.stderr)
-            return 2
-        cache, args = int(value), args[2:]
-        if not args:
-            print(usage, file=sys.stderr)
-            return 2
+    try:
+        options, args = _options(args)
+    except ValueError as e:
+        print(f"asyncmr cudf-pandas: {e}\n{USAGE}", file=sys.stderr)
+        return 2
+    if not args or (args[0] == "-m" and len(args) < 2):
+        print(USAGE, file=sys.stderr)
+        return 2
     if args[0] == "-m":
-        if len(args) < 2:
-            print(usage, file=sys.stderr)
-            return 2
         target, rest, module = args[1], args[2:], True
     else:
         target, rest, module = args[0], args[1:], False
     try:
-        install(cache=cache)
+        install(**options)
     except ImportError as e:
+        print(f"asyncmr cudf-pandas: {e}", file=sys.stderr)
+        return 2
+    except (TypeError, ValueError, asyncmr.UnsupportedError) as e:  # the resource refused them
         print(f"asyncmr cudf-pandas: {e}", file=sys.stderr)
         return 2
     sys.argv = [target, *rest]
