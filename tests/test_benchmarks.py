@@ -944,6 +944,31 @@ def test_managed_stacks_targets_read_the_per_round_ratios(capsys):
     assert "a. cudf.pandas, 2.0 M rows" in printed and "b. cuML fits, 100000 x 20" in printed
 
 
+def test_managed_stacks_show_the_placed_ways_beside_the_door(capsys):
+    """The ``--prefetch device --discard`` door and ``AsyncManagedMR(prefetch='device',
+    discard=True)`` are reported as ratios beside the plain ones, and leave the targets alone."""
+    from asyncmr_bench.sections import REGISTRY
+    from asyncmr_bench.sections.managed_stacks import DOOR_PLACED, ML_PLACED
+
+    doc = _stacks_doc(door_warm=[0.9, 0.9], pool_warm=[1.0, 1.0], door_first=[1.0, 1.0],
+                      pool_first=[1.0, 1.0], ours_fit=[1.0, 1.0], pool_fit=[1.0, 1.0])
+    sec = doc["sections"][SECTION_KEYS[13]]
+    placed = dict(sec["cudf_pandas"]["results"]["python -m asyncmr cudf-pandas"],
+                  rounds_warm_s=[0.6, 0.8], rounds_first_s=[0.5, 0.5])
+    sec["cudf_pandas"]["results"][DOOR_PLACED] = placed
+    sec["cuml"]["results"][ML_PLACED] = {"fits": {
+        e: {"median_s": 0.4, "rounds_s": [0.4, 0.4]}
+        for e in ("KMeans", "LogisticRegression", "RandomForestClassifier", "Ridge")}}
+    warm = [t for t in targets.compute_targets(doc) if t["section"] == 13][0]
+    assert warm["value"] == pytest.approx(0.9)  # the door's own ratio, not the placed way's
+    REGISTRY[13].show(sec)
+    printed = capsys.readouterr().out
+    assert re.search(re.escape(f"{DOOR_PLACED} / cudf.pandas managed_pool, warm") + r"\D*0\.7",
+                     printed), printed
+    assert re.search(re.escape(f"KMeans: {ML_PLACED} / rmm PoolMemoryResource("
+                               "ManagedMemoryResource())") + r"\D*0\.4", printed), printed
+
+
 def test_managed_stacks_skipped_parts_say_why_in_their_targets():
     doc = {"params": {"sections": [13]}, "sections": {SECTION_KEYS[13]: {
         "cudf_pandas": {"skipped": "cuDF is not installed"},

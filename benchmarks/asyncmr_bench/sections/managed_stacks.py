@@ -4,7 +4,9 @@
 a. **cudf.pandas**: one pandas workload (groupby-aggregate, merge, sort, string ops, a Parquet
    round trip on ``stack_rows`` rows), each way in a fresh process: ``python -m asyncmr
    cudf-pandas`` (the door: an ``AsyncManagedMR`` and libcudf's prefetching; again with
-   ``--cache`` 64 MiB, a front cache, reported beside it) and ``python -m
+   ``--cache`` 64 MiB, a front cache, and with ``--prefetch device --discard``, each allocation
+   placed on the GPU with its old contents dropped (CUDA 13 build), both reported beside it)
+   and ``python -m
    cudf.pandas`` with ``CUDF_PANDAS_RMM_MODE`` "managed", "managed_pool" (its default) and
    "async". A process runs the workload ``stack_iters`` times: the first is the *first run*
    (what a user's script meets: imports, JIT, the pool's growth), the median of the others the
@@ -12,8 +14,9 @@ a. **cudf.pandas**: one pandas workload (groupby-aggregate, merge, sort, string 
    script without cudf.pandas, run once).
 b. **cuML**: KMeans, LogisticRegression, RandomForestClassifier and Ridge fitted on a
    ``ml_rows`` x 20 float32 dataset, each way in a fresh process with its resource as RMM's
-   current one (CuPy through RMM): ``AsyncManagedMR()`` (and with a 64 MiB front cache,
-   reported beside it), RMM's ``ManagedMemoryResource``,
+   current one (CuPy through RMM): ``AsyncManagedMR()`` (and with a 64 MiB front cache, and
+   with ``prefetch='device', discard=True`` on the CUDA 13 build, reported beside it), RMM's
+   ``ManagedMemoryResource``,
    ``PoolMemoryResource(ManagedMemoryResource())`` and ``CudaAsyncMemoryResource``. Each fit
    runs ``ml_iters`` times; the median of all but the first is its time. The fits are compared
    with those on ``ManagedMemoryResource`` within each estimator's tolerance.
@@ -43,9 +46,11 @@ PLAIN = "plain pandas (CPU)"
 DOOR = "python -m asyncmr cudf-pandas"
 CACHE = 64 << 20  # the cached ways' front cache
 DOOR_CACHED = "python -m asyncmr cudf-pandas --cache 64 MiB"
+DOOR_PLACED = "python -m asyncmr cudf-pandas --prefetch device --discard"
 MODES = ("managed", "managed_pool", "async")
 ML_CACHED = "AsyncManagedMR(cache=64 MiB)"
-ML_WAYS = {"AsyncManagedMR()": "asyncmr", ML_CACHED: "asyncmr_cached",
+ML_PLACED = "AsyncManagedMR(prefetch='device', discard=True)"
+ML_WAYS = {"AsyncManagedMR()": "asyncmr", ML_CACHED: "asyncmr_cached", ML_PLACED: "asyncmr_placed",
            "rmm ManagedMemoryResource": "managed",
            "rmm PoolMemoryResource(ManagedMemoryResource())": "managed_pool",
            "rmm CudaAsyncMemoryResource": "async"}
@@ -126,6 +131,9 @@ if way == "asyncmr":
 elif way == "asyncmr_cached":
     from asyncmr import AsyncManagedMR
     mr = AsyncManagedMR(cache=64 << 20)
+elif way == "asyncmr_placed":
+    from asyncmr import AsyncManagedMR
+    mr = AsyncManagedMR(prefetch="device", discard=True)
 elif way == "managed":
     mr = rmm.mr.ManagedMemoryResource()
 elif way == "managed_pool":
@@ -252,6 +260,9 @@ def _pandas(cfg, scratch: str) -> dict:
     ways = {DOOR: ([py, "-m", "asyncmr", "cudf-pandas", script], args, {}),
             DOOR_CACHED: ([py, "-m", "asyncmr", "cudf-pandas", "--cache", str(CACHE), script],
                           args, {})}
+    if _can_discard():
+        ways[DOOR_PLACED] = ([py, "-m", "asyncmr", "cudf-pandas", "--prefetch", "device",
+                              "--discard", script], args, {})
     for m in MODES:
         ways[mode_name(m)] = ([py, "-m", "cudf.pandas", script], args, {"CUDF_PANDAS_RMM_MODE": m})
     results = {}
@@ -278,7 +289,8 @@ def _cuml(cfg, scratch: str) -> dict:
     with open(script, "w") as f:
         f.write(CUML_SCRIPT)
     after = [str(cfg.ml_rows), str(cfg.ml_iters)]
-    ways = {w: ([sys.executable, script], [way] + after, {}) for w, way in ML_WAYS.items()}
+    ways = {w: ([sys.executable, script], [way] + after, {}) for w, way in ML_WAYS.items()
+            if w != ML_PLACED or _can_discard()}
     rounds = _rotating(ways, cfg.stack_repeats, scratch)
     reference = rounds.get(ML_REFERENCE)
     reference = reference[-1]["result"] if isinstance(reference, list) else None
@@ -331,6 +343,12 @@ def run(cfg, ctx) -> dict:
     return out
 
 
+def _can_discard() -> bool:
+    """Whether this build takes ``discard=True`` (the CUDA 13 one): the placed ways run there."""
+    import asyncmr
+    return asyncmr.can_discard()
+
+
 def _rounds(results: dict, way: str, key: str):
     return (results.get(way) or {}).get(key)
 
@@ -355,7 +373,7 @@ def show(res: dict) -> None:
         pool = mode_name("managed_pool")
         print_ratio_values({  # medians of per-round ratios
             f"{door} / {pool}, {label}": median_ratio(_rounds(r, door, key), _rounds(r, pool, key))
-            for door in (DOOR, DOOR_CACHED)
+            for door in (DOOR, DOOR_CACHED, DOOR_PLACED) if door in r
             for label, key in (("warm", "rounds_warm_s"), ("first run", "rounds_first_s"))})
     else:
         print(f"  a. cudf.pandas: {pd_.get('skipped') or pd_.get('error')}")
@@ -372,7 +390,9 @@ def show(res: dict) -> None:
                     ["way", *ESTIMATORS, "fits equal"], rows)
         pool = (ml["results"].get(ML_POOL) or {}).get("fits") or {}
         ratios = {}
-        for way in ("AsyncManagedMR()", ML_CACHED):
+        for way in ("AsyncManagedMR()", ML_CACHED, ML_PLACED):
+            if way not in ml["results"]:
+                continue
             ours = (ml["results"].get(way) or {}).get("fits") or {}
             for est in ESTIMATORS:  # medians of per-round ratios
                 ratios[f"{est}: {way} / {ML_POOL}"] = median_ratio(
