@@ -380,8 +380,8 @@ def _plot_stacks(plt, res, meta):
     if ml:
         estimators = next(iter(ml.values()))["fits"].keys()
         for est in estimators:
-            panels.append((f"b. cuML {est} fit (s, median)",
-                           {w: e["fits"][est]["median_s"] for w, e in ml.items()}))
+            panels.append((f"b. cuML {est} fit (ms, median)",  # fits take milliseconds
+                           {w: 1e3 * e["fits"][est]["median_s"] for w, e in ml.items()}))
     if not panels:
         return None
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 1.3 * len(panels) + 1.2))
