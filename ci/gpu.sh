@@ -52,8 +52,9 @@
 #             follows the legacy stream's earlier work, also while another stream captures (what
 #             lets a put on the legacy stream skip its marker); then ci/probes/discard_facts.cu:
 #             what a discard of part of a page does to the bytes around it, and what discarding
-#             at allocation saves over a prefetch. PROBES (default "pointer managed destroy
-#             marker legacy discard") picks among them
+#             at allocation saves over a prefetch; then ci/probes/reserve_facts.cu: what growing
+#             a pool up front costs and buys a first pass. PROBES (default "pointer managed
+#             destroy marker legacy discard reserve") picks among them
 #   before    the defect tests on the code before their fix: BEFORE_TAR (default
 #             .before/tree.tar, made here with `git archive -o .before/tree.tar <commit>`; the
 #             tree must hold the tests) is built into its own site and its soundness tests run
@@ -432,7 +433,7 @@ if has stacks; then
 fi
 
 if has probe; then
-  probe_wanted() { [[ " ${PROBES:-pointer managed destroy marker legacy discard} " == *" $1 "* ]]; }
+  probe_wanted() { [[ " ${PROBES:-pointer managed destroy marker legacy discard reserve} " == *" $1 "* ]]; }
   if probe_wanted pointer; then
     run probe-build nvcc -O2 -std=c++17 -o /tmp/pointer_facts ci/probes/pointer_facts.cu -lcuda \
       && run probe timeout 90 /tmp/pointer_facts
@@ -462,6 +463,10 @@ if has probe; then
   if probe_wanted discard; then
     run probe-discard-build nvcc -O2 -std=c++17 -o /tmp/discard_facts ci/probes/discard_facts.cu \
       && run probe-discard timeout 120 /tmp/discard_facts
+  fi
+  if probe_wanted reserve; then
+    run probe-reserve-build nvcc -O2 -std=c++17 -o /tmp/reserve_facts ci/probes/reserve_facts.cu \
+      && run probe-reserve timeout 120 /tmp/reserve_facts
   fi
 fi
 
