@@ -7,12 +7,15 @@
 // is changed before every argument was checked.
 
 #include <asyncmr/capability.hpp>
+#include <asyncmr/detail/blocking.hpp>
+#include <asyncmr/detail/capture_mode.hpp>
 #include <asyncmr/detail/front_cache.hpp>
 #include <asyncmr/detail/pool_resource_base.hpp>
 #include <asyncmr/error.hpp>
 #include <asyncmr/placement.hpp>
 
 #include "detail/placement.hpp"
+#include "detail/stream_cache.hpp"
 
 #include <limits>
 #include <numeric>
@@ -122,14 +125,100 @@ void require_type(mem_pool const& pool, allocation_type expected)
   }
 }
 
-// A shared pool's threshold: exactly what was asked, else raised from 0 (a default pool's) to the
-// maximum so it keeps memory across synchronizations; a non-zero value someone set is kept.
-void apply_shared_threshold_policy(mem_pool& pool, std::optional<std::uint64_t> threshold)
+// The release threshold `pool` will have once the resource is built: exactly what was asked;
+// else a shared pool's 0 (a default pool's) raised to the maximum so it keeps memory across
+// synchronizations, a non-zero value someone set kept, and an owned pool's own. Read, never
+// changed here.
+std::uint64_t threshold_to_be(mem_pool const& pool, resource_options const& o, bool shared)
 {
-  if (threshold) {
+  if (o.release_threshold) { return *o.release_threshold; }
+  auto const now = pool.get<pool_attribute::release_threshold>();
+  return (shared && now == 0) ? std::numeric_limits<std::uint64_t>::max() : now;
+}
+
+// A reservation the threshold would give back at the next synchronization is refused, naming
+// both, before anything changes.
+void check_reserve(std::size_t reserve, std::uint64_t threshold)
+{
+  if (reserve != 0 && threshold < reserve) {
+    throw std::invalid_argument{
+      "asyncmr: reserve (" + std::to_string(reserve) + " bytes) is above the pool's release "
+      "threshold (" + std::to_string(threshold) + " bytes): the pool would give the "
+      "reservation back at the next synchronization; pass release_threshold >= reserve"};
+  }
+}
+
+// Grows `pool` by `bytes`: one allocation on a stream of its own (on `device` when the memory
+// is a device's), freed at once and synchronized, so the pool keeps the memory unused. The
+// capture mode is relaxed for these calls (the stream is nobody's capture), and the allocation
+// (which maps memory, up to seconds for pinned) and the wait are blocking regions.
+void reserve_in(mem_pool const& pool, std::size_t bytes, std::optional<int> device)
+{
+  relaxed_capture_guard const relaxed;
+  int current = 0;
+  ASYNCMR_CUDA_TRY(cudaGetDevice(&current));
+  int const on = device.value_or(current);
+  struct device_back {
+    int to;
+    bool switched{false};
+    ~device_back()
+    {
+      if (switched) { clear_own_error(cudaSetDevice(to)); }
+    }
+  } back{current};
+  if (on != current) {
+    ASYNCMR_CUDA_TRY(cudaSetDevice(on));
+    back.switched = true;
+  }
+  cudaStream_t stream = nullptr;
+  ASYNCMR_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  struct stream_owner {
+    cudaStream_t s;
+    ~stream_owner()
+    {
+      blocking_region const wait;  // destroying it may wait for its work
+      clear_own_error(cudaStreamDestroy(s));
+    }
+  } const owner{stream};
+  void* ptr = nullptr;
+  {
+    blocking_region const wait;
+    ptr = allocate_giving_caches_back(pool, bytes, stream);
+  }
+  cudaError_t status = mem_pool::deallocate_async(ptr, stream);
+  if (status == cudaSuccess) {
+    blocking_region const wait;
+    status = cudaStreamSynchronize(stream);
+    clear_own_error(status);
+  }
+  if (status != cudaSuccess) {
+    throw_cuda_error(status, "reserving the pool's memory (freeing the reservation on the "
+                             "resource's own stream and waiting for it)");
+  }
+}
+
+// Applies `threshold` to a pool that had `before`, grows it by `o.reserve` and, when that
+// fails, puts `before` back (a shared pool's threshold is everyone's).
+void apply_threshold_and_reserve(mem_pool& pool,
+                                 std::optional<std::uint64_t> threshold,
+                                 std::uint64_t before,
+                                 resource_options const& o,
+                                 std::optional<int> device)
+{
+  if (threshold && *threshold != before) {
     pool.set<pool_attribute::release_threshold>(*threshold);
-  } else if (pool.get<pool_attribute::release_threshold>() == 0) {
-    pool.set<pool_attribute::release_threshold>(std::numeric_limits<std::uint64_t>::max());
+  }
+  if (o.reserve == 0) { return; }
+  try {
+    reserve_in(pool, o.reserve, device);
+  } catch (...) {
+    if (threshold && *threshold != before) {
+      try {
+        pool.set<pool_attribute::release_threshold>(before);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the reservation's error is the one to tell
+      }
+    }
+    throw;
   }
 }
 
@@ -173,7 +262,9 @@ resolved_pool resolve_pool(allocation_type type, resource_options const& o, mem_
         break;
       }
     }
-    if (o.release_threshold) { pool.set<pool_attribute::release_threshold>(*o.release_threshold); }
+    auto const before = pool.get<pool_attribute::release_threshold>();
+    check_reserve(o.reserve, o.release_threshold.value_or(before));
+    apply_threshold_and_reserve(pool, o.release_threshold, before, o, device);
     if (remote) { grant_access(pool, o.accessible_from); }
     return {std::move(pool), device, o.cache, o.prefetch, o.discard};
   }
@@ -191,8 +282,16 @@ resolved_pool resolve_pool(allocation_type type, resource_options const& o, mem_
       where  = location::device(*device);
       break;
   }
-  mem_pool pool = obtain(type, where, o);
-  if (o.source != pool_source::new_pool) { apply_shared_threshold_policy(pool, o.release_threshold); }
+  mem_pool pool      = obtain(type, where, o);
+  bool const shared  = o.source != pool_source::new_pool;
+  auto const before  = pool.get<pool_attribute::release_threshold>();
+  auto const planned = threshold_to_be(pool, o, shared);
+  check_reserve(o.reserve, planned);
+  apply_threshold_and_reserve(pool, shared ? std::optional{planned} : std::nullopt, before, o,
+                              device);
+  // A new pool's peaks start after its reservation, as a fresh pool's do (a shared pool's peaks
+  // are everyone's and stay).
+  if (!shared && o.reserve != 0) { pool.reset_peaks(); }
   if (where.is_host()) { grant_access(pool, o.accessible_from); }
   return {std::move(pool), device, o.cache, o.prefetch, o.discard};
 }

@@ -8,6 +8,10 @@
 
 #include "test_support.hpp"
 
+#include <rmm/error.hpp>
+
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace asyncmr::test {
@@ -122,6 +126,122 @@ TYPED_TEST(ThresholdPolicyTest, AdoptedPoolTakesTheGivenThreshold)
   mem_pool const owner = mem_pool::create(this->properties());
   typename TypeParam::resource_type mr{owner, this->with_threshold(pool_source::default_pool, 0)};
   EXPECT_EQ(driver_threshold(owner.handle()), 0u);
+}
+
+// ---- growing the pool up front (reserve) -------------------------------------------------------
+
+// True when `make` throws std::invalid_argument whose message holds `text`.
+template <class F>
+[[nodiscard]] ::testing::AssertionResult refused(F&& make, char const* text)
+{
+  try {
+    make();
+  } catch (std::invalid_argument const& e) {
+    if (std::string{e.what()}.find(text) != std::string::npos) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure() << "refused with: " << e.what();
+  }
+  return ::testing::AssertionFailure() << "not refused";
+}
+
+class DeviceReserveTest : public GpuTest {};
+
+template <class Kind>
+class ReserveTest : public ThresholdPolicyTest<Kind> {};
+TYPED_TEST_SUITE(ReserveTest, resource_kinds, kind_names);
+
+TYPED_TEST(ReserveTest, AnOwnedPoolHoldsTheReservationUnusedAndServesAllocationsFromIt)
+{
+  auto o    = this->options(pool_source::new_pool);
+  o.reserve = 64 * mib;
+  typename TypeParam::resource_type mr{o};
+  auto const& pool = mr.pool();
+  auto const held  = pool.template get<pool_attribute::reserved_mem_current>();
+  EXPECT_GE(held, 64 * mib);
+  EXPECT_EQ(pool.template get<pool_attribute::used_mem_current>(), 0u);
+  EXPECT_EQ(pool.template get<pool_attribute::used_mem_high>(), 0u);  // peaks start after it
+  // 16 blocks of 2 MiB live at once come out of the reservation: the pool does not grow.
+  std::vector<void*> blocks;
+  for (int i = 0; i < 16; ++i) { blocks.push_back(mr.allocate(this->stream_ref(), 2 * mib)); }
+  EXPECT_EQ(pool.template get<pool_attribute::reserved_mem_current>(), held);
+  for (void* p : blocks) { mr.deallocate(this->stream_ref(), p, 2 * mib); }
+  ASSERT_EQ(cudaStreamSynchronize(this->stream()), cudaSuccess);
+  EXPECT_EQ(pool.template get<pool_attribute::reserved_mem_current>(), held);
+}
+
+TYPED_TEST(ReserveTest, ASharedPoolKeepsTheReservationUnderTheThresholdPolicy)
+{
+  auto const pool = this->shared_pool(pool_source::default_pool);
+  set_driver_threshold(pool, 0);
+  auto o    = this->options(pool_source::default_pool);
+  o.reserve = 8 * mib;
+  typename TypeParam::resource_type mr{o};
+  EXPECT_EQ(driver_threshold(pool), max_threshold);  // raised from 0, as without a reservation
+  EXPECT_GE(mr.pool().template get<pool_attribute::reserved_mem_current>(), 8 * mib);
+}
+
+TYPED_TEST(ReserveTest, AReservationAboveTheThresholdIsRefusedBeforeAnythingChanges)
+{
+  auto const shared = this->shared_pool(pool_source::default_pool);
+  set_driver_threshold(shared, 5 * mib);
+  auto o    = this->options(pool_source::default_pool);
+  o.reserve = 64 * mib;
+  EXPECT_TRUE(refused([&] { typename TypeParam::resource_type mr{o}; },
+                      "above the pool's release threshold (5242880 bytes)"));
+  EXPECT_EQ(driver_threshold(shared), 5 * mib);
+  // An explicit threshold below the reservation, on a new pool and on an adopted one.
+  auto owned              = this->options(pool_source::new_pool);
+  owned.reserve           = 64 * mib;
+  owned.release_threshold = mib;
+  EXPECT_TRUE(refused([&] { typename TypeParam::resource_type mr{owned}; },
+                      "pass release_threshold >= reserve"));
+  auto props              = this->properties();
+  props.release_threshold = 0;
+  mem_pool const adopted  = mem_pool::create(props);
+  auto on_adopted         = this->options(pool_source::default_pool);
+  on_adopted.reserve      = mib;
+  EXPECT_TRUE(refused([&] { typename TypeParam::resource_type mr{adopted, on_adopted}; },
+                      "release threshold (0 bytes)"));
+  EXPECT_EQ(adopted.template get<pool_attribute::reserved_mem_current>(), 0u);
+}
+
+TYPED_TEST(ReserveTest, AReservationABoundedPoolCannotMakeThrowsOutOfMemoryAndChangesNothing)
+{
+  if constexpr (TypeParam::type == allocation_type::managed) {
+    GTEST_SKIP() << "not applicable: the driver refuses max_size for managed pools";
+  } else {
+    auto props              = this->properties();
+    props.max_size          = 64 * mib;
+    props.release_threshold = 0;
+    mem_pool const bounded  = mem_pool::create(props);
+    auto o                  = this->options(pool_source::default_pool);
+    o.reserve               = 128 * mib;
+    o.release_threshold     = 256 * mib;
+    EXPECT_THROW((typename TypeParam::resource_type{bounded, o}), rmm::out_of_memory);
+    EXPECT_EQ(driver_threshold(bounded.handle()), 0u);  // put back
+    EXPECT_EQ(bounded.template get<pool_attribute::reserved_mem_current>(), 0u);
+    EXPECT_EQ(bounded.template get<pool_attribute::used_mem_current>(), 0u);
+    // The pool still serves what fits.
+    typename TypeParam::resource_type mr{bounded};
+    void* p = mr.allocate(this->stream_ref(), mib);
+    mr.deallocate(this->stream_ref(), p, mib);
+  }
+}
+
+TEST_F(DeviceReserveTest, AnImpossibleReservationOnTheSharedPoolPutsItsThresholdBack)
+{
+  cudaMemPool_t const pool = driver_default_pool(location::device(0), allocation_type::device);
+  set_driver_threshold(pool, 0);
+  device_resource_options o{};
+  o.reserve = std::size_t{1} << 50;  // 1 PiB of device memory
+  EXPECT_THROW(async_device_memory_resource{o}, rmm::out_of_memory);
+  EXPECT_EQ(driver_threshold(pool), 0u);
+  // The context still works.
+  async_device_memory_resource mr{};
+  void* p = mr.allocate(stream_ref(), mib);
+  EXPECT_TRUE(kernel_writes_host_reads(p, mib, false, stream()));
+  mr.deallocate(stream_ref(), p, mib);
 }
 
 // ---- device access to host pools ---------------------------------------------------------------
