@@ -46,6 +46,8 @@ def test_a_bad_cache_argument_is_refused_before_anything_is_set_up(args, capsys)
     (["--discard", "s.py"], "--discard needs --prefetch"),
     (["--cache", "64", "--cache", "64", "s.py"], "--cache is given twice"),
     (["--prefetch", "host", "--discard", "--discard", "s.py"], "--discard is given twice"),
+    (["--reserve", "8G", "s.py"], "--reserve takes a number of bytes (0 or more), got '8G'"),
+    (["--reserve", "1", "--reserve", "2", "s.py"], "--reserve is given twice"),
 ])
 def test_bad_placement_arguments_are_refused_before_anything_is_set_up(args, wrong, capsys):
     assert door.main(args) == 2
@@ -58,6 +60,7 @@ def test_the_door_options_become_install_keywords():
     assert door._options(["--prefetch", "device", "--discard", "--cache", "0", "s.py", "--x"]) == (
         {"prefetch": "device", "discard": True, "cache": 0}, ["s.py", "--x"])
     assert door._options(["--prefetch", "1", "-m", "mod"]) == ({"prefetch": 1}, ["-m", "mod"])
+    assert door._options(["--reserve", "8589934592", "s.py"]) == ({"reserve": 8 << 30}, ["s.py"])
     # What follows the script is the script's, even when it looks like the door's own options.
     assert door._options(["s.py", "--discard"]) == ({}, ["s.py", "--discard"])
 

@@ -252,6 +252,83 @@ def test_trim_returns_reserved_memory(gpu, loc, atype):
         assert pool.attributes.reserved_mem_current == 0
 
 
+# ---- reserve: growing the pool up front --------------------------------------------------------
+
+RESOURCES = {"device": AsyncDeviceMR, "managed": AsyncManagedMR, "pinned": AsyncPinnedMR}
+
+
+@pytest.mark.parametrize("atype", ["device", "managed", "pinned"])
+def test_a_reservation_is_held_unused_and_serves_the_allocations_after_it(gpu, atype):
+    mr = RESOURCES[atype](pool="new", reserve=64 * MiB)
+    attrs = mr.attributes
+    held = attrs.reserved_mem_current
+    assert held >= 64 * MiB
+    assert attrs.used_mem_current == 0 and attrs.used_mem_high == 0  # peaks start after it
+    ptrs = [mr.allocate(2 * MiB) for _ in range(16)]  # 32 MiB live: carved from the reservation
+    assert attrs.reserved_mem_current == held
+    for p in ptrs:
+        mr.deallocate(p, 2 * MiB)
+    sync()
+    assert attrs.reserved_mem_current == held  # kept across the synchronization
+
+
+@pytest.mark.parametrize("atype", ["device", "managed", "pinned"])
+def test_a_reservation_above_the_release_threshold_is_refused_before_any_change(gpu, atype):
+    make = RESOURCES[atype]
+    with pytest.raises(ValueError, match=r"reserve \(67108864 bytes\) is above the pool's "
+                                         r"release threshold \(1048576 bytes\)"):
+        make(pool="new", release_threshold=MiB, reserve=64 * MiB)
+    loc = Location.host() if atype == "pinned" else Location.device(0)
+    shared = MemPool.default(loc, atype)
+    before = shared.attributes.release_threshold
+    reserved = shared.attributes.reserved_mem_current
+    try:
+        shared.attributes.release_threshold = 5 * MiB  # someone else's non-zero value is kept
+        with pytest.raises(ValueError, match="pass release_threshold >= reserve"):
+            make(reserve=64 * MiB)
+        assert shared.attributes.release_threshold == 5 * MiB
+        assert shared.attributes.reserved_mem_current <= max(reserved, 5 * MiB)
+    finally:
+        shared.attributes.release_threshold = before
+
+
+@pytest.mark.parametrize("value, error, match", [
+    (-1, ValueError, r"reserve must be in \[0, 2\*\*64\)"),
+    (True, TypeError, "reserve must be an int number of bytes, got bool"),
+    ("64M", TypeError, "reserve must be an int number of bytes, got str"),
+    (None, TypeError, "reserve must be an int number of bytes, got NoneType"),
+])
+@pytest.mark.parametrize("atype", ["device", "managed", "pinned"])
+def test_a_bad_reserve_is_refused_by_name(atype, value, error, match):
+    # Checked before any CUDA call: runs without a GPU too.
+    with pytest.raises(error, match=match):
+        RESOURCES[atype](pool="new", reserve=value)
+
+
+def test_an_impossible_reservation_raises_memory_error_and_puts_the_threshold_back(gpu):
+    pool = MemPool.default(Location.device(0), "device")
+    before = pool.attributes.release_threshold
+    try:
+        pool.attributes.release_threshold = 0  # as in a fresh process
+        with pytest.raises(MemoryError, match="out of memory allocating 1125899906842624 bytes"):
+            AsyncDeviceMR(reserve=1 << 50)  # 1 PiB of device memory
+        assert pool.attributes.release_threshold == 0
+        mr = AsyncDeviceMR(pool="new", reserve=MiB)  # the context still works
+        assert mr.attributes.reserved_mem_current >= MiB
+    finally:
+        pool.attributes.release_threshold = before
+
+
+def test_a_reservation_on_a_bounded_pool_that_does_not_fit_changes_nothing(gpu):
+    with MemPool.create(Location.device(0), "device", max_size=64 * MiB,
+                        release_threshold=0) as pool:
+        with pytest.raises(MemoryError, match="out of memory"):
+            AsyncDeviceMR(pool=pool, release_threshold=UINT64_MAX, reserve=128 * MiB)
+        assert pool.attributes.release_threshold == 0
+        assert pool.attributes.reserved_mem_current == 0
+        assert pool.attributes.used_mem_current == 0
+
+
 # ---- access ----------------------------------------------------------------------------------
 
 def test_set_access_on_a_host_pool(gpu):

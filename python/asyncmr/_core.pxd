@@ -146,6 +146,7 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         optional[int] numa_node
         optional[uint64_t] release_threshold
         optional[vector[int]] accessible_from
+        size_t reserve
         size_t cache
         optional[location_t] prefetch
         cbool discard
@@ -297,7 +298,7 @@ cdef class _PoolResource(DeviceMemoryResource):
     cdef object _adopted    # keeps it alive meanwhile
     cdef object _recorder   # the running record_history, or None
 
-    cdef _prepare(self, pool, release_threshold, cache, resource_options* options)
+    cdef _prepare(self, pool, release_threshold, cache, reserve, resource_options* options)
     cdef _bind(self, pool_resource_base* base, optional[device_async_resource_ref] ref)
     cdef void _refresh_headroom(self) noexcept
     cdef uintptr_t _allocate_core(self, size_t n, uintptr_t s) except? 0

@@ -249,6 +249,7 @@ class AsyncManagedMR(_PoolResource):
         location: Location | None = None,
         release_threshold: int | None = None,
         accessible_from: _Devices = "all",
+        reserve: int = 0,
         cache: int | None = None,
         prefetch: Literal["device", "host"] | int | Location | None = None,
         discard: bool = False,
@@ -269,6 +270,7 @@ class AsyncPinnedMR(_PoolResource):
         numa_node: int | None = None,
         accessible_from: _Devices = "all",
         release_threshold: int | None = None,
+        reserve: int = 0,
         cache: int | None = None,
     ) -> None: ...
     @property
@@ -282,6 +284,7 @@ class AsyncDeviceMR(_PoolResource):
         *,
         pool: _PoolChoice = "default",
         release_threshold: int | None = None,
+        reserve: int = 0,
         cache: int | None = None,
     ) -> None: ...
     @property

@@ -47,12 +47,13 @@ cdef class _PoolResource(DeviceMemoryResource):
     """
 
 
-    cdef _prepare(self, pool, release_threshold, cache, resource_options* options):
+    cdef _prepare(self, pool, release_threshold, cache, reserve, resource_options* options):
         """The options every resource takes, into ``options``: which pool (adopting an int or a
-        MemPool), the release threshold and the front cache's cap (bytes; None or 0: no
-        cache). The C++ constructor checks them all again, with the rest, before any pool
-        changes."""
+        MemPool), the release threshold, the bytes reserved up front and the front cache's cap
+        (bytes; None or 0: none). The C++ constructor checks them all again, with the rest,
+        before any pool changes."""
         options.release_threshold = to_bytes("release_threshold", release_threshold)
+        options.reserve = _validate.size("reserve", reserve, optional=False)
         cap = _validate.size("cache", cache)
         options.cache = 0 if cap is None else cap
         options.source = PoolSource.default_pool  # what an adopted pool is reached as
@@ -327,6 +328,13 @@ cdef class AsyncManagedMR(_PoolResource):
         owned pools get the maximum. Set (0 included): applied exactly.
     accessible_from : "all" | int | list of int
         Devices granted read-write access when the pool is located on the host.
+    reserve : int
+        Bytes the pool is grown by before the constructor returns, as RMM's
+        ``initial_pool_size``: one allocation of that size, freed at once and synchronized on a
+        stream of the resource's own, so the pool holds the memory (reserved, not used) and
+        later allocations are carved from it instead of growing the pool. The release threshold
+        must be at least ``reserve`` (else ValueError, before any pool changes). Managed and
+        device pools back it on the device at once. Default 0: none.
     cache : int, optional
         Byte cap of a per-stream front cache of freed blocks (default: none). A block freed on
         a stream is handed back to the next allocation of its size class on that stream,
@@ -353,12 +361,12 @@ cdef class AsyncManagedMR(_PoolResource):
     _allocation_type = "managed"
 
     def __cinit__(self, device=None, *, pool="default", location=None,
-                  release_threshold=None, accessible_from="all", cache=None, prefetch=None,
-                  discard=False):
+                  release_threshold=None, accessible_from="all", reserve=0, cache=None,
+                  prefetch=None, discard=False):
         cdef resource_options o
         if not isinstance(discard, bool):
             raise TypeError(f"discard must be a bool, got {type(discard).__name__}")
-        self._prepare(pool, release_threshold, cache, &o)
+        self._prepare(pool, release_threshold, cache, reserve, &o)
         o.device = to_ordinal(device, "device")
         if location is not None:
             o.location = optional[location_t](to_location(location))
@@ -402,6 +410,13 @@ cdef class AsyncPinnedMR(_PoolResource):
         process-wide effect.
     release_threshold : int, optional
         As for :class:`AsyncManagedMR`.
+    reserve : int
+        Bytes the pool is grown by before the constructor returns, as RMM's
+        ``initial_pool_size``: one allocation of that size, freed at once and synchronized on a
+        stream of the resource's own, so the pool holds the memory (reserved, not used) and
+        later allocations are carved from it instead of growing the pool. The release threshold
+        must be at least ``reserve`` (else ValueError, before any pool changes). Managed and
+        device pools back it on the device at once. Default 0: none.
     cache : int, optional
         Byte cap of a per-stream front cache of freed blocks (default: none). A block freed on
         a stream is handed back to the next allocation of its size class on that stream,
@@ -411,9 +426,9 @@ cdef class AsyncPinnedMR(_PoolResource):
     _allocation_type = "pinned"
 
     def __cinit__(self, *, pool="default", numa_node=None, accessible_from="all",
-                  release_threshold=None, cache=None):
+                  release_threshold=None, reserve=0, cache=None):
         cdef resource_options o
-        self._prepare(pool, release_threshold, cache, &o)
+        self._prepare(pool, release_threshold, cache, reserve, &o)
         o.numa_node = to_ordinal(numa_node, "numa_node")
         o.accessible_from = to_devices(accessible_from)
         self.c_obj = make_resource[async_pinned_memory_resource, resource_options](
@@ -437,6 +452,13 @@ cdef class AsyncDeviceMR(_PoolResource):
         As for :class:`AsyncManagedMR`; the default pool is the one ``cudaMallocAsync`` uses.
     release_threshold : int, optional
         As for :class:`AsyncManagedMR`.
+    reserve : int
+        Bytes the pool is grown by before the constructor returns, as RMM's
+        ``initial_pool_size``: one allocation of that size, freed at once and synchronized on a
+        stream of the resource's own, so the pool holds the memory (reserved, not used) and
+        later allocations are carved from it instead of growing the pool. The release threshold
+        must be at least ``reserve`` (else ValueError, before any pool changes). Managed and
+        device pools back it on the device at once. Default 0: none.
     cache : int, optional
         Byte cap of a per-stream front cache of freed blocks (default: none). A block freed on
         a stream is handed back to the next allocation of its size class on that stream,
@@ -445,9 +467,10 @@ cdef class AsyncDeviceMR(_PoolResource):
 
     _allocation_type = "device"
 
-    def __cinit__(self, device=None, *, pool="default", release_threshold=None, cache=None):
+    def __cinit__(self, device=None, *, pool="default", release_threshold=None, reserve=0,
+                  cache=None):
         cdef resource_options o
-        self._prepare(pool, release_threshold, cache, &o)
+        self._prepare(pool, release_threshold, cache, reserve, &o)
         o.device = to_ordinal(device, "device")
         self.c_obj = make_resource[async_device_memory_resource, resource_options](
             self._adopt, o)

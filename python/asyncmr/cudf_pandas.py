@@ -11,6 +11,7 @@ or, as ``python -m cudf.pandas`` does for a script or a module::
     python -m asyncmr cudf-pandas -m module ARGS...
     python -m asyncmr cudf-pandas --cache BYTES script.py ARGS...   (a front cache, see README)
     python -m asyncmr cudf-pandas --prefetch device --discard script.py ARGS...
+    python -m asyncmr cudf-pandas --reserve BYTES script.py ARGS...   (the pool grown up front)
 
 ``--prefetch`` (``device``, ``host`` or a device ordinal) and ``--discard`` are the resource's
 ``prefetch=`` and ``discard=True``: every allocation placed where it will be used, its old
@@ -37,7 +38,7 @@ _installed_options: dict[str, Any] | None = None  # install()'s options (a resou
 
 
 def install(*, pool: Any = "default", prefetch: Any = None, discard: bool = False,
-            release_threshold: int | None = None, cache: int | None = None,
+            release_threshold: int | None = None, reserve: int = 0, cache: int | None = None,
             libcudf_prefetch: bool = True) -> AsyncManagedMR:
     """Makes an :class:`asyncmr.AsyncManagedMR` RMM's current device resource, turns on
     libcudf's managed-memory prefetching (``libcudf_prefetch``), then ``cudf.pandas.install()``.
@@ -46,7 +47,7 @@ def install(*, pool: Any = "default", prefetch: Any = None, discard: bool = Fals
     once per process)."""
     global _installed, _installed_options
     wanted = {"pool": pool, "prefetch": prefetch, "discard": discard,
-              "release_threshold": release_threshold, "cache": cache,
+              "release_threshold": release_threshold, "reserve": reserve, "cache": cache,
               "libcudf_prefetch": libcudf_prefetch}
     if _installed is not None:
         if _installed_options != wanted:
@@ -61,7 +62,7 @@ def install(*, pool: Any = "default", prefetch: Any = None, discard: bool = Fals
     import rmm
 
     mr = AsyncManagedMR(pool=pool, prefetch=prefetch, discard=discard,
-                        release_threshold=release_threshold, cache=cache)
+                        release_threshold=release_threshold, reserve=reserve, cache=cache)
     rmm.mr.set_current_device_resource(mr)
     if libcudf_prefetch:
         pylibcudf.prefetch.enable()
@@ -70,15 +71,15 @@ def install(*, pool: Any = "default", prefetch: Any = None, discard: bool = Fals
     return mr
 
 
-USAGE = ("usage: python -m asyncmr cudf-pandas [--cache BYTES] [--prefetch device|host|N] "
-         "[--discard] (SCRIPT | -m MODULE) [ARGS...]")
+USAGE = ("usage: python -m asyncmr cudf-pandas [--cache BYTES] [--reserve BYTES] "
+         "[--prefetch device|host|N] [--discard] (SCRIPT | -m MODULE) [ARGS...]")
 
 
 def _options(args: list[str]) -> tuple[dict[str, Any], list[str]]:
     """Takes the door's own options off the front of ``args``: (install's keywords, the rest).
     Raises ValueError naming the option that is wrong."""
     options: dict[str, Any] = {}
-    while args and args[0] in ("--cache", "--prefetch", "--discard"):
+    while args and args[0] in ("--cache", "--reserve", "--prefetch", "--discard"):
         flag, args = args[0], args[1:]
         if flag[2:] in options:
             raise ValueError(f"{flag} is given twice")
@@ -87,10 +88,10 @@ def _options(args: list[str]) -> tuple[dict[str, Any], list[str]]:
             continue
         value = args[0] if args else ""
         args = args[1:]
-        if flag == "--cache":
+        if flag in ("--cache", "--reserve"):
             if not value.isdigit():
-                raise ValueError(f"--cache takes a number of bytes (0 or more), got {value!r}")
-            options["cache"] = int(value)
+                raise ValueError(f"{flag} takes a number of bytes (0 or more), got {value!r}")
+            options[flag[2:]] = int(value)
         elif value in ("device", "host"):
             options["prefetch"] = value
         elif value.isdigit():
