@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Section 4: a seeded random workload replayed on an owned asyncmr pool and on RMM's pool
-adaptor over the same upstream: reserved vs used at the peak, and what ``trim_to(0)`` returns."""
+adaptor over the same upstream: reserved vs used at the peak, and what ``trim_to(0)`` returns;
+then the same first replay on a pool grown up front (``reserve=``) and on the adaptor with an
+``initial_pool_size`` of the same bytes, against the fresh pool's."""
 
 from __future__ import annotations
 
@@ -72,10 +74,12 @@ def run(cfg, ctx) -> dict:
     s = ctx.stream
     events, requested_peak = make_trace(cfg.seed, cfg.frag_ops, cfg.frag_cap)
     kinds = (
-        ("managed", lambda: am.AsyncManagedMR(pool="new"), mr.ManagedMemoryResource),
-        ("pinned", lambda: am.AsyncPinnedMR(pool="new"), mr.PinnedHostMemoryResource),
-        ("device", lambda: am.AsyncDeviceMR(pool="new"), mr.CudaMemoryResource),
+        ("managed", lambda **kw: am.AsyncManagedMR(pool="new", **kw), mr.ManagedMemoryResource),
+        ("pinned", lambda **kw: am.AsyncPinnedMR(pool="new", **kw), mr.PinnedHostMemoryResource),
+        ("device", lambda **kw: am.AsyncDeviceMR(pool="new", **kw), mr.CudaMemoryResource),
     )
+    # Grown up front by the trace's requested peak, rounded up to 2 MiB (the pools' granule).
+    upfront = -(-requested_peak // (2 * MiB)) * (2 * MiB)
     results: dict = {}
     for kind, ours_factory, upstream_factory in kinds:
         entry = results.setdefault(kind, {})
@@ -122,6 +126,45 @@ def run(cfg, ctx) -> dict:
             del top, pool, up
         except Exception as e:  # noqa: BLE001
             entry["adaptor"] = {"error": err_text(e)}
+        # The first replay again, on a pool that was grown up front, and on the adaptor given
+        # the same bytes as its initial pool (RMM's way to skip the growth).
+        try:
+            t0 = time.perf_counter_ns()
+            res = ours_factory(reserve=upfront)
+            made = time.perf_counter_ns() - t0
+            with res.track_peak() as peak:
+                elapsed = _replay(res, events, s)
+            entry["reserved"] = {
+                "resource": f"{type(res).__name__}(pool='new', reserve={upfront})",
+                "reserve_s": made * 1e-9,
+                "reserved_high": peak.reserved,
+                "grew": peak.reserved > upfront,
+                "replay_s": elapsed * 1e-9,
+            }
+            del res
+        except Exception as e:  # noqa: BLE001
+            entry["reserved"] = {"error": err_text(e)}
+        try:
+            t0 = time.perf_counter_ns()
+            pool = mr.PoolMemoryResource(upstream_factory(), initial_pool_size=upfront)
+            made = time.perf_counter_ns() - t0
+            elapsed = _replay(pool, events, s)
+            entry["adaptor_initial"] = {
+                "resource": f"PoolMemoryResource({upstream_factory.__name__}, "
+                f"initial_pool_size={upfront})",
+                "reserve_s": made * 1e-9,
+                "replay_s": elapsed * 1e-9,
+            }
+            del pool
+        except Exception as e:  # noqa: BLE001
+            entry["adaptor_initial"] = {"error": err_text(e)}
+        fresh = entry.get("ours", {}).get("replay_s")
+        grown = entry.get("reserved", {}).get("replay_s")
+        theirs = entry.get("adaptor_initial", {}).get("replay_s")
+        entry["first_replay"] = {
+            "reserved / fresh": ratio(grown, fresh),
+            "reserved / adaptor with initial_pool_size": ratio(grown, theirs),
+        }
         gc.collect()
         print(f"  [4] {kind} done", flush=True)
     return {
@@ -129,6 +172,7 @@ def run(cfg, ctx) -> dict:
             "seed": cfg.seed, "allocations": cfg.frag_ops, "events": len(events),
             "sizes": "log-uniform 1 KiB .. 64 MiB", "mean_lifetime_allocations": 40,
             "live_cap_bytes": cfg.frag_cap, "requested_peak_bytes": requested_peak,
+            "upfront_bytes": upfront,
         },
         "results": results,
         "notes": [
@@ -138,6 +182,10 @@ def run(cfg, ctx) -> dict:
             "ours: owned pools (pool='new'), watermarks from track_peak(), trim_to(0) after a "
             "synchronize; adaptor: StatisticsResourceAdaptor around its upstream (reserved) "
             "and on top (used)",
+            "reserved / adaptor_initial: the same first replay on a new pool built with "
+            "reserve=upfront_bytes (the requested peak rounded up to 2 MiB) and on "
+            "PoolMemoryResource(upstream, initial_pool_size=upfront_bytes); reserve_s is the "
+            "construction, not in replay_s; first_replay divides the replays (one each)",
         ],
     }
 
@@ -160,7 +208,25 @@ def show(res: dict) -> None:
                 "-" if after is None else f"{after / MiB:.1f}",
                 f"{e.get('replay_s', float('nan')):.3f}",
             ])
+    first = []
+    for kind, entry in res.get("results", {}).items():
+        for side in ("ours", "reserved", "adaptor", "adaptor_initial"):
+            e = entry.get(side, {})
+            if "error" in e:
+                first.append([f"{kind} {side}", f"error: {e['error'][:60]}", "", ""])
+            elif e:
+                made = e.get("reserve_s")
+                first.append([f"{kind}: {e.get('resource', '')}",
+                              "-" if made is None else f"{made * 1e3:.1f}",
+                              f"{e.get('replay_s', float('nan')) * 1e3:.1f}",
+                              fmt_ratio(entry.get("first_replay", {}).get("reserved / fresh"))
+                              if side == "reserved" else ""])
     w = res.get("workload", {})
+    if first:
+        print_table(f"{SECTION_TITLES[4]}: the first replay, pool grown up front "
+                    f"({w.get('upfront_bytes', 0) / MiB:.0f} MiB) or not",
+                    ["resource", "construction ms", "first replay ms", "reserved / fresh"],
+                    first)
     print_table(
         f"{SECTION_TITLES[4]} (requested peak {w.get('requested_peak_bytes', 0) / MiB:.1f} MiB, "
         f"{w.get('allocations')} allocations, seed {w.get('seed')})",
