@@ -198,7 +198,8 @@ void reserve_in(mem_pool const& pool, std::size_t bytes, std::optional<int> devi
 }
 
 // Applies `threshold` to a pool that had `before`, grows it by `o.reserve` and, when that
-// fails, puts `before` back (a shared pool's threshold is everyone's).
+// fails, trims it back to what it held and puts `before` back (a shared pool's threshold is
+// everyone's).
 void apply_threshold_and_reserve(mem_pool& pool,
                                  std::optional<std::uint64_t> threshold,
                                  std::uint64_t before,
@@ -209,14 +210,19 @@ void apply_threshold_and_reserve(mem_pool& pool,
     pool.set<pool_attribute::release_threshold>(*threshold);
   }
   if (o.reserve == 0) { return; }
+  auto const held = pool.get<pool_attribute::reserved_mem_current>();
   try {
     reserve_in(pool, o.reserve, device);
   } catch (...) {
-    if (threshold && *threshold != before) {
-      try {
+    // A reservation the pool cannot make may still have grown it (a bounded pool grows to its
+    // max_size before it refuses: seen on the H200): what it grew by goes back, and so does a
+    // shared pool's threshold.
+    try {
+      pool.trim_to(held);
+      if (threshold && *threshold != before) {
         pool.set<pool_attribute::release_threshold>(before);
-      } catch (...) {  // NOLINT(bugprone-empty-catch): the reservation's error is the one to tell
       }
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the reservation's error is the one to tell
     }
     throw;
   }
@@ -262,9 +268,14 @@ resolved_pool resolve_pool(allocation_type type, resource_options const& o, mem_
         break;
       }
     }
-    auto const before = pool.get<pool_attribute::release_threshold>();
-    check_reserve(o.reserve, o.release_threshold.value_or(before));
-    apply_threshold_and_reserve(pool, o.release_threshold, before, o, device);
+    if (o.reserve == 0) {
+      // Nothing read first: an imported pool answers no attribute (and is refused later).
+      if (o.release_threshold) { pool.set<pool_attribute::release_threshold>(*o.release_threshold); }
+    } else {
+      auto const before = pool.get<pool_attribute::release_threshold>();
+      check_reserve(o.reserve, o.release_threshold.value_or(before));
+      apply_threshold_and_reserve(pool, o.release_threshold, before, o, device);
+    }
     if (remote) { grant_access(pool, o.accessible_from); }
     return {std::move(pool), device, o.cache, o.prefetch, o.discard};
   }
