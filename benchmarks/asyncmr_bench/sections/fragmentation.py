@@ -10,10 +10,14 @@ import gc
 import heapq
 import math
 import random
+import statistics
 import time
 
 from ..common import KiB, MiB, SECTION_TITLES, err_text, fmt_ratio, print_table, ratio
 from ..harness import trim_to
+
+
+FIRST_ROUNDS = 3  # rotating rounds of the first-replay comparison
 
 
 def make_trace(seed: int, ops: int, cap: int, lo: int = 1 * KiB, hi: int = 64 * MiB,
@@ -78,11 +82,11 @@ def run(cfg, ctx) -> dict:
         ("pinned", lambda **kw: am.AsyncPinnedMR(pool="new", **kw), mr.PinnedHostMemoryResource),
         ("device", lambda **kw: am.AsyncDeviceMR(pool="new", **kw), mr.CudaMemoryResource),
     )
-    # Grown up front by the trace's requested peak, rounded up to 2 MiB (the pools' granule).
-    upfront = -(-requested_peak // (2 * MiB)) * (2 * MiB)
+
     results: dict = {}
     for kind, ours_factory, upstream_factory in kinds:
         entry = results.setdefault(kind, {})
+        ours_name = kind
         # Ours: an owned pool, so nothing else in the process shows up in its watermarks.
         try:
             res = ours_factory()
@@ -91,6 +95,7 @@ def run(cfg, ctx) -> dict:
             before = res.attributes.reserved_mem_current
             trim_to(res, 0)
             after = res.attributes.reserved_mem_current
+            ours_name = type(res).__name__
             entry["ours"] = {
                 "resource": f"{type(res).__name__}(pool='new')",
                 "used_high": peak.used,
@@ -126,41 +131,51 @@ def run(cfg, ctx) -> dict:
             del top, pool, up
         except Exception as e:  # noqa: BLE001
             entry["adaptor"] = {"error": err_text(e)}
-        # The first replay again, on a pool that was grown up front, and on the adaptor given
-        # the same bytes as its initial pool (RMM's way to skip the growth).
-        try:
-            t0 = time.perf_counter_ns()
-            res = ours_factory(reserve=upfront)
-            made = time.perf_counter_ns() - t0
-            with res.track_peak() as peak:
-                elapsed = _replay(res, events, s)
-            entry["reserved"] = {
-                "resource": f"{type(res).__name__}(pool='new', reserve={upfront})",
-                "reserve_s": made * 1e-9,
-                "reserved_high": peak.reserved,
-                "grew": peak.reserved > upfront,
-                "replay_s": elapsed * 1e-9,
-            }
-            del res
-        except Exception as e:  # noqa: BLE001
-            entry["reserved"] = {"error": err_text(e)}
-        try:
-            t0 = time.perf_counter_ns()
-            pool = mr.PoolMemoryResource(upstream_factory(), initial_pool_size=upfront)
-            made = time.perf_counter_ns() - t0
-            elapsed = _replay(pool, events, s)
-            entry["adaptor_initial"] = {
-                "resource": f"PoolMemoryResource({upstream_factory.__name__}, "
-                f"initial_pool_size={upfront})",
-                "reserve_s": made * 1e-9,
-                "replay_s": elapsed * 1e-9,
-            }
-            del pool
-        except Exception as e:  # noqa: BLE001
-            entry["adaptor_initial"] = {"error": err_text(e)}
-        fresh = entry.get("ours", {}).get("replay_s")
-        grown = entry.get("reserved", {}).get("replay_s")
-        theirs = entry.get("adaptor_initial", {}).get("replay_s")
+        # The first replay again, in FIRST_ROUNDS rotating rounds: on a fresh pool, on a pool
+        # grown up front by what the fresh replay above grew its pool to (rounded up to 2 MiB),
+        # and on the adaptor given the same bytes as its initial pool (RMM's way to skip the
+        # growth). Each replay on a pool built for it; construction timed apart.
+        upfront = entry.get("ours", {}).get("reserved_high") or requested_peak
+        upfront = -(-upfront // (2 * MiB)) * (2 * MiB)
+        ways = {
+            "fresh": lambda: ours_factory(),
+            "reserved": lambda: ours_factory(reserve=upfront),
+            "adaptor_initial": lambda: mr.PoolMemoryResource(upstream_factory(),
+                                                             initial_pool_size=upfront),
+        }
+        times: dict = {w: {"replay_s": [], "construct_s": [], "grew": []} for w in ways}
+        for r in range(FIRST_ROUNDS):
+            for w in list(ways)[r % 3:] + list(ways)[:r % 3]:
+                try:
+                    t0 = time.perf_counter_ns()
+                    res = ways[w]()
+                    made = time.perf_counter_ns() - t0
+                    if w == "adaptor_initial":
+                        elapsed = _replay(res, events, s)
+                    else:
+                        with res.track_peak() as peak:
+                            elapsed = _replay(res, events, s)
+                        times[w]["grew"].append(peak.reserved > upfront)
+                    times[w]["replay_s"].append(elapsed * 1e-9)
+                    times[w]["construct_s"].append(made * 1e-9)
+                    del res
+                except Exception as e:  # noqa: BLE001
+                    times[w]["error"] = err_text(e)
+                gc.collect()
+        names = {"fresh": f"{ours_name}(pool='new')",
+                 "reserved": f"{ours_name}(pool='new', reserve={upfront})",
+                 "adaptor_initial": f"PoolMemoryResource({upstream_factory.__name__}, "
+                                    f"initial_pool_size={upfront})"}
+        for w, t in times.items():
+            entry["first_" + w] = ({"error": t["error"]} if "error" in t else {
+                "resource": names[w], "upfront_bytes": upfront,
+                "replay_s": statistics.median(t["replay_s"]),
+                "construct_s": statistics.median(t["construct_s"]),
+                "replays_s": t["replay_s"], "grew": any(t["grew"]),
+            })
+        fresh = entry.get("first_fresh", {}).get("replay_s")
+        grown = entry.get("first_reserved", {}).get("replay_s")
+        theirs = entry.get("first_adaptor_initial", {}).get("replay_s")
         entry["first_replay"] = {
             "reserved / fresh": ratio(grown, fresh),
             "reserved / adaptor with initial_pool_size": ratio(grown, theirs),
@@ -172,7 +187,6 @@ def run(cfg, ctx) -> dict:
             "seed": cfg.seed, "allocations": cfg.frag_ops, "events": len(events),
             "sizes": "log-uniform 1 KiB .. 64 MiB", "mean_lifetime_allocations": 40,
             "live_cap_bytes": cfg.frag_cap, "requested_peak_bytes": requested_peak,
-            "upfront_bytes": upfront,
         },
         "results": results,
         "notes": [
@@ -182,10 +196,12 @@ def run(cfg, ctx) -> dict:
             "ours: owned pools (pool='new'), watermarks from track_peak(), trim_to(0) after a "
             "synchronize; adaptor: StatisticsResourceAdaptor around its upstream (reserved) "
             "and on top (used)",
-            "reserved / adaptor_initial: the same first replay on a new pool built with "
-            "reserve=upfront_bytes (the requested peak rounded up to 2 MiB) and on "
-            "PoolMemoryResource(upstream, initial_pool_size=upfront_bytes); reserve_s is the "
-            "construction, not in replay_s; first_replay divides the replays (one each)",
+            "first_fresh / first_reserved / first_adaptor_initial: the first replay in 3 "
+            "rotating rounds, each on a pool built for it: a new pool, a new pool built with "
+            "reserve=upfront_bytes (what the fresh pool above grew to, rounded up to 2 MiB) and "
+            "PoolMemoryResource(upstream, initial_pool_size=upfront_bytes); medians; "
+            "construct_s is the construction, not in replay_s; grew: a reserved pool grew past "
+            "its reservation; first_replay divides the medians",
         ],
     }
 
@@ -210,21 +226,20 @@ def show(res: dict) -> None:
             ])
     first = []
     for kind, entry in res.get("results", {}).items():
-        for side in ("ours", "reserved", "adaptor", "adaptor_initial"):
+        for side in ("first_fresh", "first_reserved", "first_adaptor_initial"):
             e = entry.get(side, {})
             if "error" in e:
                 first.append([f"{kind} {side}", f"error: {e['error'][:60]}", "", ""])
             elif e:
-                made = e.get("reserve_s")
                 first.append([f"{kind}: {e.get('resource', '')}",
-                              "-" if made is None else f"{made * 1e3:.1f}",
+                              f"{e.get('construct_s', float('nan')) * 1e3:.1f}",
                               f"{e.get('replay_s', float('nan')) * 1e3:.1f}",
                               fmt_ratio(entry.get("first_replay", {}).get("reserved / fresh"))
-                              if side == "reserved" else ""])
+                              if side == "first_reserved" else ""])
     w = res.get("workload", {})
     if first:
-        print_table(f"{SECTION_TITLES[4]}: the first replay, pool grown up front "
-                    f"({w.get('upfront_bytes', 0) / MiB:.0f} MiB) or not",
+        print_table(f"{SECTION_TITLES[4]}: the first replay on a new pool, grown up front "
+                    "or not (medians of 3 rotating rounds)",
                     ["resource", "construction ms", "first replay ms", "reserved / fresh"],
                     first)
     print_table(
