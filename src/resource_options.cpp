@@ -125,14 +125,12 @@ void require_type(mem_pool const& pool, allocation_type expected)
   }
 }
 
-// The release threshold `pool` will have once the resource is built: exactly what was asked;
-// else a shared pool's 0 (a default pool's) raised to the maximum so it keeps memory across
-// synchronizations, a non-zero value someone set kept, and an owned pool's own. Read, never
-// changed here.
-std::uint64_t threshold_to_be(mem_pool const& pool, resource_options const& o, bool shared)
+// The release threshold a pool whose threshold is `now` will have once the resource is built:
+// exactly what was asked; else a shared pool's 0 (a default pool's) raised to the maximum so it
+// keeps memory across synchronizations, a non-zero value someone set kept, an owned pool's own.
+std::uint64_t threshold_to_be(std::uint64_t now, resource_options const& o, bool shared) noexcept
 {
   if (o.release_threshold) { return *o.release_threshold; }
-  auto const now = pool.get<pool_attribute::release_threshold>();
   return (shared && now == 0) ? std::numeric_limits<std::uint64_t>::max() : now;
 }
 
@@ -296,7 +294,7 @@ resolved_pool resolve_pool(allocation_type type, resource_options const& o, mem_
   mem_pool pool      = obtain(type, where, o);
   bool const shared  = o.source != pool_source::new_pool;
   auto const before  = pool.get<pool_attribute::release_threshold>();
-  auto const planned = threshold_to_be(pool, o, shared);
+  auto const planned = threshold_to_be(before, o, shared);
   check_reserve(o.reserve, planned);
   apply_threshold_and_reserve(pool, shared ? std::optional{planned} : std::nullopt, before, o,
                               device);
