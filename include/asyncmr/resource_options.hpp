@@ -43,13 +43,12 @@ struct resource_options {
   /// Bytes the pool is grown by before the constructor returns, as RMM's `initial_pool_size`:
   /// one allocation of `reserve` bytes, freed at once on a stream of the resource's own and
   /// synchronized, so the pool holds that memory (reserved, not used) from the start and later
-  /// allocations are carved from it instead of growing the pool (a first pass of 1 GiB of
-  /// allocations on a new pool on the H200: managed 25 ms fresh against 3 ms reserved, pinned
-  /// 100 against 3 ms; docs/DRIVER_FACTS.md). The pool keeps it while its release threshold is
-  /// at least `reserve`: a smaller threshold (the one asked, or a shared pool's own) is refused
-  /// before any pool changes. Managed and device pools back the memory on the device at once.
-  /// 0 = none. A reservation the pool cannot make throws `rmm::out_of_memory` and leaves a
-  /// shared pool's threshold as it was.
+  /// allocations are carved from it instead of growing the pool (what a first pass saves:
+  /// docs/DRIVER_FACTS.md and benchmark section 4). The pool keeps it while its release
+  /// threshold is at least `reserve`: a smaller threshold (the one asked, or a shared pool's
+  /// own) is refused before any pool changes. Managed and device pools back the memory on the
+  /// device at once. 0 = none. A reservation the pool cannot make throws `rmm::out_of_memory`,
+  /// gives back what the pool grew by and leaves a shared pool's threshold as it was.
   std::size_t reserve{0};
   /// Byte cap of the per-stream front cache; 0 = no cache, else in [256 B, 1 PiB].
   std::size_t cache{0};

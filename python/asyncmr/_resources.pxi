@@ -411,12 +411,7 @@ cdef class AsyncPinnedMR(_PoolResource):
     release_threshold : int, optional
         As for :class:`AsyncManagedMR`.
     reserve : int
-        Bytes the pool is grown by before the constructor returns, as RMM's
-        ``initial_pool_size``: one allocation of that size, freed at once and synchronized on a
-        stream of the resource's own, so the pool holds the memory (reserved, not used) and
-        later allocations are carved from it instead of growing the pool. The release threshold
-        must be at least ``reserve`` (else ValueError, before any pool changes). Managed and
-        device pools back it on the device at once. Default 0: none.
+        As for :class:`AsyncManagedMR`.
     cache : int, optional
         Byte cap of a per-stream front cache of freed blocks (default: none). A block freed on
         a stream is handed back to the next allocation of its size class on that stream,
@@ -453,12 +448,7 @@ cdef class AsyncDeviceMR(_PoolResource):
     release_threshold : int, optional
         As for :class:`AsyncManagedMR`.
     reserve : int
-        Bytes the pool is grown by before the constructor returns, as RMM's
-        ``initial_pool_size``: one allocation of that size, freed at once and synchronized on a
-        stream of the resource's own, so the pool holds the memory (reserved, not used) and
-        later allocations are carved from it instead of growing the pool. The release threshold
-        must be at least ``reserve`` (else ValueError, before any pool changes). Managed and
-        device pools back it on the device at once. Default 0: none.
+        As for :class:`AsyncManagedMR`.
     cache : int, optional
         Byte cap of a per-stream front cache of freed blocks (default: none). A block freed on
         a stream is handed back to the next allocation of its size class on that stream,
