@@ -233,6 +233,38 @@ def test_a_block_freed_while_release_cache_waits_is_not_freed_under_its_kernel(g
     sync()
 
 
+@pytest.mark.parametrize("action", ["release_cache", "trim_to"])
+def test_giving_the_cache_back_waits_for_blocks_the_reclaimer_sent_back_before_it(gpu, action):
+    # The background reclaimer takes an idle stream's block back in the release stream's order,
+    # behind that stream's work (here a host function held by a gate), and returns at once. A
+    # release_cache() or trim_to() after it finds nothing left to take, but must still wait
+    # for that queued free: the memory is the pool's when they return (rule 3).
+    cupy = require_module("cupy")
+    mr = make("device", cap=1 * MiB)
+    A = cupy.cuda.Stream(non_blocking=True)
+    a, b = Stream(obj=A), Stream()
+    p = mr.allocate(64 * KiB, a)
+    gate = threading.Event()
+    A.launch_host_func(lambda _: gate.wait(30), None)
+    mr.deallocate(p, 64 * KiB, a)  # cached for a, its order behind the gate
+    deadline = time.monotonic() + 10
+    while mr.cache_info["reclaims"] == 0:  # b's refused frees ask for a's idle bucket
+        assert time.monotonic() < deadline, f"no reclaim within 10 s: {mr.cache_info}"
+        pressing = [mr.allocate(64 * KiB, b) for _ in range(24)]  # 1.5 MiB against the cap
+        for q in pressing:
+            mr.deallocate(q, 64 * KiB, b)
+        time.sleep(0.05)
+    b.synchronize()
+    opened = threading.Timer(0.5, gate.set)
+    opened.start()
+    try:
+        mr.release_cache() if action == "release_cache" else mr.trim_to(0)
+        assert gate.is_set(), f"{action} returned while a block it gives back was still queued"
+    finally:
+        opened.join()
+    A.synchronize()
+
+
 # ---- 6. a block the cache did not hand out, or a wrong size, never overruns ----------------------------
 
 def test_an_exact_size_block_of_an_uncached_sibling_is_not_cached(gpu):

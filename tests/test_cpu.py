@@ -32,6 +32,11 @@ def test_runtime_version_is_the_build_toolkit():
 def test_mempool_cannot_be_built_directly():
     with pytest.raises(TypeError, match="MemPool.default"):
         MemPool()
+    # Nor by skipping __init__: every use names the problem (not SystemError).
+    bare = MemPool.__new__(MemPool)
+    for use in (lambda: bare.handle, lambda: bare.closed, bare.close):
+        with pytest.raises(TypeError, match="MemPool.__new__ made an empty MemPool"):
+            use()
 
 
 def test_attribute_table_matches_the_driver_enum():
@@ -102,6 +107,24 @@ def test_location_constructors():
     (lambda: asyncmr.export_pointer(0), TypeError, "non-zero int address"),
     (lambda: MemPool.from_handle(0), ValueError, "non-zero"),
     (lambda: MemPool.from_handle("0x1"), TypeError, "pool handle must be an int"),
+    (lambda: MemPool.from_handle(0x7F0000001000, owned="no"), TypeError,
+     "owned must be a bool, got str"),
+    (lambda: MemPool.from_handle(0x7F0000001000, owned=1), TypeError,
+     "owned must be a bool, got int"),
+    # An explicit threshold below the reservation needs no pool to be judged.
+    (lambda: AsyncDeviceMR(pool="new", release_threshold=1 << 20, reserve=64 << 20), ValueError,
+     r"reserve \(67108864 bytes\) is above the pool's release threshold \(1048576 bytes\)"),
+    (lambda: AsyncManagedMR(release_threshold=0, reserve=1), ValueError,
+     r"reserve \(1 bytes\) is above the pool's release threshold \(0 bytes\)"),
+    # Every argument is checked before an int pool is adopted (a driver query) ...
+    (lambda: AsyncDeviceMR("x", pool=0x7F0000001000), TypeError, "device must be an int"),
+    (lambda: AsyncPinnedMR(pool=0x7F0000001000, numa_node=-1), ValueError,
+     "numa_node must be in"),
+    (lambda: AsyncManagedMR(pool=0x7F0000001000, location="host"), TypeError,
+     "location must be an asyncmr.Location"),
+    # ... and before prefetch="device" asks which device is current.
+    (lambda: AsyncManagedMR(prefetch="device", accessible_from="bogus"), ValueError,
+     "accessible_from must be 'all'"),
 ])
 def test_bad_arguments_fail_before_cuda(call, exc, match):
     # These raise the same way with or without a GPU: validation runs first.

@@ -73,6 +73,27 @@ if how == "dealloc_gil":
     pool.close()
     print("OK", flush=True)
     sys.exit(0)
+if how == "two_threads":  # two threads releasing one import: one frees it, both return
+    import threading
+    failures = []
+    imported.release()  # one import of the pointer at a time
+    for _ in range(40):
+        again = pool.import_pointer(data, nbytes)
+        start = threading.Barrier(2)
+        def release(imp=again):
+            start.wait()
+            try:
+                imp.release()
+            except Exception as e:  # noqa: BLE001 - what the test reports
+                failures.append(f"{type(e).__name__}: {e}")
+        threads = [threading.Thread(target=release) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert again.released
+    print("RELEASE FAILURES", len(failures), failures[:2], flush=True)
+    imported = pool.import_pointer(data, nbytes)
 if how == "capture_release":  # a release inside a capture is refused and changes nothing
     from rmm.pylibrmm.stream import Stream
     cs = cupy.cuda.Stream(non_blocking=True)
@@ -219,6 +240,16 @@ def test_a_release_inside_a_capture_is_refused_and_the_import_stays_live(gpu):
     pool.close()
 
 
+def test_two_threads_releasing_one_import_free_it_once(gpu):
+    pool, mr, ptr = _exporter("device")
+    proc = _share(pool, ptr, "device", 0, how="two_threads")
+    assert proc.returncode == 0 and "OK" in proc.stdout, describe(proc)
+    assert "RELEASE FAILURES 0 []" in proc.stdout, describe(proc)
+    mr.deallocate(ptr, MiB)
+    sync()
+    pool.close()
+
+
 # ---- bad input -----------------------------------------------------------------------------------
 
 def test_a_pool_created_without_export_types_cannot_be_exported(gpu):
@@ -259,6 +290,12 @@ def test_only_imported_pools_import_pointers_and_they_allocate_nothing(gpu):
     else:
         with pytest.raises(ValueError, match="imported pool cannot be allocated from"):
             AsyncDeviceMR(pool=imported).allocate(MiB)
+        # An import's threshold and reserve are its exporter's: refused by name, the driver
+        # never asked (an imported pool answers no attribute).
+        for options in ({"reserve": MiB}, {"release_threshold": 0}):
+            with pytest.raises(ValueError, match=f"{next(iter(options))} cannot be set on an "
+                                                 "imported pool"):
+                AsyncDeviceMR(pool=imported, **options)
         with pytest.raises(ValueError, match="imported pool cannot be made current"):
             imported.make_current()
         imported.close()

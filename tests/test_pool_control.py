@@ -329,6 +329,74 @@ def test_a_reservation_on_a_bounded_pool_that_does_not_fit_changes_nothing(gpu):
         assert pool.attributes.used_mem_current == 0
 
 
+@pytest.mark.parametrize("atype", ["device", "managed", "pinned"])
+def test_a_reservation_the_threshold_would_trim_is_refused_naming_what_the_pool_holds(gpu, atype):
+    # The release threshold bounds all the pool reserves, in use or not: a pool holding 32 MiB
+    # of live blocks under a 64 MiB threshold can keep 32 MiB unused, not a 64 MiB reservation.
+    loc = Location.host() if atype == "pinned" else Location.device(0)
+    with MemPool.create(loc, atype, release_threshold=64 * MiB) as pool:
+        holder = RESOURCES[atype](pool=pool)
+        live = holder.allocate(32 * MiB)
+        sync()
+        reserved = pool.attributes.reserved_mem_current
+        with pytest.raises(ValueError, match=r"reserve \(67108864 bytes\) and the 33554432 "
+                                             r"bytes the pool has in use are above its release "
+                                             r"threshold \(67108864 bytes\)"):
+            RESOURCES[atype](pool=pool, reserve=64 * MiB)
+        assert pool.attributes.release_threshold == 64 * MiB
+        assert pool.attributes.reserved_mem_current == reserved
+        holder.deallocate(live, 32 * MiB)
+        sync()
+
+
+@pytest.mark.parametrize("atype", ["device", "managed", "pinned"])
+def test_a_reservation_is_either_held_whole_or_refused(gpu, atype):
+    # A pool grows in chunks: a threshold equal to an odd-sized reservation may give the chunk
+    # back at the reservation's own synchronization. Whatever the chunk, the resource either
+    # holds what it was asked to reserve or refuses, the pool as it was.
+    make = RESOURCES[atype]
+    for reserve in (MiB, 3 * MiB, 5 * MiB + 4096):
+        try:
+            mr = make(pool="new", release_threshold=reserve, reserve=reserve)
+        except ValueError as e:
+            assert "gave back" in str(e) and f"reserve ({reserve} bytes)" in str(e), e
+            continue
+        sync()
+        attrs = mr.attributes
+        assert attrs.reserved_mem_current - attrs.used_mem_current >= reserve, (
+            reserve, attrs.reserved_mem_current)
+
+
+def test_a_resource_on_an_owned_current_pool_is_closed_with_it(gpu):
+    pool = MemPool.create(Location.device(0), "device")
+    with pool.as_current():
+        mr = AsyncDeviceMR(pool="current")
+        current = MemPool.current(Location.device(0), "device")
+    assert mr.pool_handle == pool.handle
+    pool.close()
+    # The routed resource and the view shared the owner's pool: closed with it, never left
+    # holding the handle of a destroyed driver pool.
+    assert mr.pool.closed and current.closed
+    with pytest.raises(asyncmr.PoolClosedError):
+        mr.allocate(MiB)
+
+
+def test_an_adopted_device_pool_refuses_a_device_it_does_not_live_on(gpu):
+    with MemPool.create(Location.device(0), "device") as pool:
+        with pytest.raises(ValueError, match=r"the pool lives on device 0; device=1 names "
+                                             r"another"):
+            AsyncDeviceMR(1, pool=pool)
+        assert AsyncDeviceMR(0, pool=pool).device == 0
+
+
+def test_an_adopted_managed_pool_refuses_a_location_it_does_not_have(gpu):
+    with MemPool.create(Location.device(0), "managed") as pool:
+        with pytest.raises(ValueError, match=r"the pool is located at device\(0\); location=host "
+                                             r"names another"):
+            AsyncManagedMR(pool=pool, location=Location.host())
+        assert AsyncManagedMR(pool=pool, location=Location.device(0)).pool_handle == pool.handle
+
+
 # ---- access ----------------------------------------------------------------------------------
 
 def test_set_access_on_a_host_pool(gpu):

@@ -233,6 +233,36 @@ def test_recording_from_many_threads_loses_nothing(gpu):
     assert got.count("alloc") + got.count("cache_hit") == n * threads
 
 
+def test_allocations_racing_the_end_of_a_recording_never_fail(gpu):
+    # A recording that ends while another thread allocates without the GIL: the allocation
+    # returns its block (it is never lost to a recorder that went away meanwhile).
+    mr = AsyncDeviceMR(pool="new")
+    mr.release_gil = "always"
+    stop, failures = threading.Event(), []
+
+    def work():
+        s = Stream()
+        while not stop.is_set():
+            try:
+                p = mr.allocate(4 * KiB, s)
+            except Exception as e:  # noqa: BLE001 - what the test reports
+                failures.append(f"{type(e).__name__}: {e}")
+                continue
+            mr.deallocate(p, 4 * KiB, s)
+        s.synchronize()
+
+    t = threading.Thread(target=work)
+    t.start()
+    try:
+        for _ in range(3000):
+            with mr.record_history(max_events=64):
+                pass
+    finally:
+        stop.set()
+        t.join()
+    assert failures == []
+
+
 def test_recording_during_a_capture_keeps_it_valid(gpu):
     cupy = require_module("cupy")
     mr = AsyncDeviceMR(pool="new")

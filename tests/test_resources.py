@@ -280,6 +280,38 @@ def test_threshold_policy_for_owned_pools(gpu, kind):
     assert MAKERS[kind](pool="new", release_threshold=5 * MiB).attributes.release_threshold == 5 * MiB
 
 
+@pytest.mark.parametrize("call, error, match", [
+    (lambda mr, p: mr.allocate(True), TypeError, "nbytes must be an int, got bool"),
+    (lambda mr, p: mr.allocate(1.0), TypeError, "nbytes must be an int, got float"),
+    (lambda mr, p: mr.allocate(-1), ValueError, r"nbytes must be in \[0, 2\*\*64\), got -1"),
+    (lambda mr, p: mr.deallocate(p, True), TypeError, "nbytes must be an int, got bool"),
+    (lambda mr, p: mr.deallocate(p, 1024.9), TypeError, "nbytes must be an int, got float"),
+    (lambda mr, p: mr.deallocate(p, -1), ValueError, r"nbytes must be in \[0, 2\*\*64\)"),
+    (lambda mr, p: mr.deallocate(float(p), 1024), TypeError, "ptr must be an int, got float"),
+    (lambda mr, p: mr.deallocate(True, 1024), TypeError, "ptr must be an int, got bool"),
+])
+def test_bad_sizes_and_addresses_are_refused_and_nothing_is_freed(gpu, call, error, match):
+    mr = AsyncDeviceMR(pool="new")
+    p = mr.allocate(1024)
+    sync()
+    used = mr.attributes.used_mem_current
+    with pytest.raises(error, match=match):
+        call(mr, p)
+    sync()
+    assert mr.attributes.used_mem_current == used
+    mr.deallocate(p, 1024)
+
+
+def test_freeing_null_is_a_no_op_that_changes_nothing(gpu):
+    mr = AsyncDeviceMR(pool="new")
+    p = mr.allocate(MiB)
+    sync()
+    used = mr.attributes.used_mem_current
+    mr.deallocate(0, 2**62)  # RMM's rule: nothing to free
+    assert mr.attributes.used_mem_current == used
+    mr.deallocate(p, MiB)
+
+
 @pytest.mark.parametrize("kind", list(MAKERS))
 def test_impossible_allocation_raises_memory_error(gpu, kind):
     loc, atype = SHARED[kind]

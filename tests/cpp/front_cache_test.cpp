@@ -9,6 +9,8 @@
 // and reclaims; a shadow model of every block catches an address handed out twice, to the wrong
 // stream or class, or freed to the pool while a user holds it or after the release's proof.
 
+#include "alloc_failure.hpp"
+
 #include <asyncmr/detail/front_cache.hpp>
 
 #include <gtest/gtest.h>
@@ -494,6 +496,25 @@ TEST(FrontCacheStale, OnlyBucketsIdleForAWholeEpochAreParked)
                     });
   EXPECT_EQ(freed, std::vector<void*>{fake(0)});
   EXPECT_EQ(cache.take(2, 4 * KiB), fake(1)) << "the live stream keeps its block";
+}
+
+TEST(FrontCacheStale, BindingABucketWithNoHostMemoryLeftIsARefusalNotATermination)
+{
+  // A stale bucket becomes spare; binding it to a new stream adds a node to the key map, which
+  // allocates. Out of host memory that must be a miss and a refusal (rule 5), the cache as it
+  // was, never std::terminate from a noexcept call.
+  front_cache cache{1 * MiB};
+  ASSERT_EQ(cache.take(1, 4 * KiB), nullptr) << "a miss binds stream 1's bucket";
+  cache.detach_stale();
+  cache.detach_stale();  // idle for a whole epoch: the bucket is spare
+  void* const p = handed(cache, 0, 4 * KiB);
+  {
+    test::failing_allocations const no_host_memory;
+    EXPECT_EQ(cache.take(2, 4 * KiB), nullptr);
+    EXPECT_EQ(cache.put(2, p, 4 * KiB).status, put_status::refused);
+  }
+  EXPECT_TRUE(cached(cache, 2, p, 4 * KiB)) << "with memory again, stream 2 gets a bucket";
+  EXPECT_EQ(cache.take(2, 4 * KiB), p);
 }
 
 TEST(FrontCacheStale, DeadStreamsDoNotStarveALiveOne)
