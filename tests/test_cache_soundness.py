@@ -254,6 +254,10 @@ def test_giving_the_cache_back_waits_for_blocks_the_reclaimer_sent_back_before_i
         for q in pressing:
             mr.deallocate(q, 64 * KiB, b)
         time.sleep(0.05)
+    # b's cached blocks are taken out (hits), so the cache holds nothing: the only block on its
+    # way back to the pool is a's, queued by the reclaimer.
+    held = [mr.allocate(64 * KiB, b) for _ in range(mr.cache_info["blocks"])]
+    assert mr.cache_info["blocks"] == 0, mr.cache_info
     b.synchronize()
     opened = threading.Timer(0.5, gate.set)
     opened.start()
@@ -263,6 +267,9 @@ def test_giving_the_cache_back_waits_for_blocks_the_reclaimer_sent_back_before_i
     finally:
         opened.join()
     A.synchronize()
+    for q in held:
+        mr.deallocate(q, 64 * KiB, b)
+    b.synchronize()
 
 
 # ---- 6. a block the cache did not hand out, or a wrong size, never overruns ----------------------------
