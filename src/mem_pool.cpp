@@ -149,8 +149,16 @@ mem_pool mem_pool::default_pool(asyncmr::location location, allocation_type type
 mem_pool mem_pool::current(asyncmr::location location, allocation_type type)
 {
   detail::relaxed_capture_guard guard;
-  auto const path = detail::checked_path(location, type, pool_source::current);
-  return mem_pool{detail::view_state(detail::get_current_pool(location, type, path), location, type)};
+  auto const path     = detail::checked_path(location, type, pool_source::current);
+  cudaMemPool_t const h = detail::get_current_pool(location, type, path);
+  // A pool asyncmr owns is shared as a view of its owner's state, as from_handle does: closed
+  // with its owner, never left holding the handle of a destroyed driver pool.
+  if (auto shared = detail::find_owned(h)) { return mem_pool{std::move(shared), true}; }
+  if (detail::is_parked(h)) {
+    throw pool_closed_error{"asyncmr: the current pool was closed by asyncmr (it is destroyed "
+                            "once its last allocation is freed); make another pool current"};
+  }
+  return mem_pool{detail::view_state(h, location, type)};
 }
 
 mem_pool mem_pool::create(pool_properties const& props)
