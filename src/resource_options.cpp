@@ -42,9 +42,32 @@ char const* resource_name(allocation_type type) noexcept
                               field + " (" + why + ")"};
 }
 
+// A reservation the threshold would give back at the next synchronization is refused, naming
+// what decides, before anything changes. The threshold bounds all the pool reserves, in use or
+// not: a pool holding `in_use` bytes keeps at most `threshold - in_use` of them unused.
+void check_reserve(std::size_t reserve, std::uint64_t threshold, std::uint64_t in_use)
+{
+  if (reserve == 0) { return; }
+  if (threshold < reserve) {
+    throw std::invalid_argument{
+      "asyncmr: reserve (" + std::to_string(reserve) + " bytes) is above the pool's release "
+      "threshold (" + std::to_string(threshold) + " bytes): the pool would give the "
+      "reservation back at the next synchronization; pass release_threshold >= reserve"};
+  }
+  if (threshold - reserve < in_use) {
+    throw std::invalid_argument{
+      "asyncmr: reserve (" + std::to_string(reserve) + " bytes) and the " +
+      std::to_string(in_use) + " bytes the pool has in use are above its release threshold (" +
+      std::to_string(threshold) + " bytes): the pool would give part of the reservation back "
+      "at the next synchronization; pass a release_threshold of at least their sum"};
+  }
+}
+
 // Every field, for the kind of memory the resource hands out; throws naming the first bad one.
 void check_options(allocation_type type, resource_options const& o)
 {
+  // An explicit threshold below the reservation needs no pool (nor a GPU) to be judged.
+  if (o.release_threshold) { check_reserve(o.reserve, *o.release_threshold, 0); }
   if (type == allocation_type::pinned && o.device) {
     refuse_field(type, "device", "pinned memory belongs to the host; accessible_from names the "
                                  "devices that use it");
@@ -134,23 +157,11 @@ std::uint64_t threshold_to_be(std::uint64_t now, resource_options const& o, bool
   return (shared && now == 0) ? std::numeric_limits<std::uint64_t>::max() : now;
 }
 
-// A reservation the threshold would give back at the next synchronization is refused, naming
-// both, before anything changes.
-void check_reserve(std::size_t reserve, std::uint64_t threshold)
-{
-  if (reserve != 0 && threshold < reserve) {
-    throw std::invalid_argument{
-      "asyncmr: reserve (" + std::to_string(reserve) + " bytes) is above the pool's release "
-      "threshold (" + std::to_string(threshold) + " bytes): the pool would give the "
-      "reservation back at the next synchronization; pass release_threshold >= reserve"};
-  }
-}
-
 // Grows `pool` by `bytes`: one allocation on a stream of its own (on `device` when the memory
 // is a device's), freed at once and synchronized, so the pool keeps the memory unused. The
 // capture mode is relaxed for these calls (the stream is nobody's capture), and the allocation
 // (which maps memory, up to seconds for pinned) and the wait are blocking regions.
-void reserve_in(mem_pool const& pool, std::size_t bytes, std::optional<int> device)
+std::uint64_t reserve_in(mem_pool const& pool, std::size_t bytes, std::optional<int> device)
 {
   relaxed_capture_guard const relaxed;
   int current = 0;
@@ -183,6 +194,15 @@ void reserve_in(mem_pool const& pool, std::size_t bytes, std::optional<int> devi
     blocking_region const wait;
     ptr = allocate_giving_caches_back(pool, bytes, stream);
   }
+  // What the pool reserves with the reservation in it (the allocation maps its memory before
+  // it returns): the synchronization below must leave it all there.
+  std::uint64_t grown = 0;
+  try {
+    grown = pool.get<pool_attribute::reserved_mem_current>();
+  } catch (...) {
+    clear_own_error(mem_pool::deallocate_async(ptr, stream));
+    throw;
+  }
   cudaError_t status = mem_pool::deallocate_async(ptr, stream);
   if (status == cudaSuccess) {
     blocking_region const wait;
@@ -193,6 +213,7 @@ void reserve_in(mem_pool const& pool, std::size_t bytes, std::optional<int> devi
     throw_cuda_error(status, "reserving the pool's memory (freeing the reservation on the "
                              "resource's own stream and waiting for it)");
   }
+  return grown;
 }
 
 // Applies `threshold` to a pool that had `before`, grows it by `o.reserve` and, when that
@@ -210,7 +231,19 @@ void apply_threshold_and_reserve(mem_pool& pool,
   if (o.reserve == 0) { return; }
   auto const held = pool.get<pool_attribute::reserved_mem_current>();
   try {
-    reserve_in(pool, o.reserve, device);
+    auto const grown = reserve_in(pool, o.reserve, device);
+    // The pool grows in chunks: a threshold the checks let through may still be below what
+    // it grew to, and then the synchronization gave part of the reservation back.
+    auto const kept = pool.get<pool_attribute::reserved_mem_current>();
+    if (kept < grown) {
+      auto const limit = pool.get<pool_attribute::release_threshold>();
+      throw std::invalid_argument{
+        "asyncmr: reserve (" + std::to_string(o.reserve) + " bytes): the pool grew to " +
+        std::to_string(grown) + " bytes to hold it (it grows in whole chunks) and its release "
+        "threshold (" + std::to_string(limit) + " bytes) gave back " +
+        std::to_string(grown - kept) + " of them at the next synchronization; pass a "
+        "release_threshold of at least " + std::to_string(grown) + " bytes"};
+    }
   } catch (...) {
     // A reservation the pool cannot make may still have grown it (a bounded pool grows to its
     // max_size before it refuses: seen on the H200): what it grew by goes back, and so does a
@@ -248,21 +281,42 @@ resolved_pool resolve_pool(allocation_type type, resource_options const& o, mem_
     mem_pool pool = *adopt;
     static_cast<void>(pool.handle());  // a closed pool is refused here, not at first use
     require_type(pool, type);
+    if (pool.imported() && (o.release_threshold || o.reserve != 0)) {
+      // Asked of an import, the driver answers no attribute: refused by name instead.
+      throw std::invalid_argument{
+        std::string{"asyncmr: "} + (o.release_threshold ? "release_threshold" : "reserve") +
+        " cannot be set on an imported pool: its memory and threshold are the exporting "
+        "process's"};
+    }
     bool remote = false;  // does the pool need access grants?
     switch (type) {
       case allocation_type::pinned: remote = true; break;
       case allocation_type::managed: {
+        auto const w = pool.location();
+        if (o.location && w && *o.location != *w) {
+          throw std::invalid_argument{"asyncmr: the pool is located at " + w->to_string() +
+                                      "; location=" + o.location->to_string() +
+                                      " names another (an adopted pool stays where it is)"};
+        }
         device = resolve_device(o.device);
         // A host-located managed pool starts with no device access. When the driver cannot say
         // where an adopted pool lives, its answer to "can the resource's device access it"
         // decides.
-        auto const w = pool.location();
         remote       = w ? w->is_host() : pool.access(*device) == access_mode::none;
         break;
       }
       case allocation_type::device: {
         auto const w = pool.location();
-        device = (w && w->kind == location_kind::device) ? w->id : resolve_device(o.device);
+        if (w && w->kind == location_kind::device) {
+          if (o.device && *o.device != w->id) {
+            throw std::invalid_argument{"asyncmr: the pool lives on device " +
+                                        std::to_string(w->id) + "; device=" +
+                                        std::to_string(*o.device) + " names another"};
+          }
+          device = w->id;
+        } else {
+          device = resolve_device(o.device);
+        }
         break;
       }
     }
@@ -271,7 +325,8 @@ resolved_pool resolve_pool(allocation_type type, resource_options const& o, mem_
       if (o.release_threshold) { pool.set<pool_attribute::release_threshold>(*o.release_threshold); }
     } else {
       auto const before = pool.get<pool_attribute::release_threshold>();
-      check_reserve(o.reserve, o.release_threshold.value_or(before));
+      check_reserve(o.reserve, o.release_threshold.value_or(before),
+                    pool.get<pool_attribute::used_mem_current>());
       apply_threshold_and_reserve(pool, o.release_threshold, before, o, device);
     }
     if (remote) { grant_access(pool, o.accessible_from); }
@@ -295,7 +350,8 @@ resolved_pool resolve_pool(allocation_type type, resource_options const& o, mem_
   bool const shared  = o.source != pool_source::new_pool;
   auto const before  = pool.get<pool_attribute::release_threshold>();
   auto const planned = threshold_to_be(before, o, shared);
-  check_reserve(o.reserve, planned);
+  check_reserve(o.reserve, planned,
+                shared && o.reserve != 0 ? pool.get<pool_attribute::used_mem_current>() : 0);
   apply_threshold_and_reserve(pool, shared ? std::optional{planned} : std::nullopt, before, o,
                               device);
   // A new pool's peaks start after its reservation, as a fresh pool's do (a shared pool's peaks
