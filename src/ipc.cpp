@@ -168,7 +168,7 @@ imported_allocation::imported_allocation(mem_pool pool, void* ptr, std::size_t s
 
 imported_allocation::imported_allocation(imported_allocation&& other) noexcept
   : pool_{std::move(other.pool_)},
-    ptr_{std::exchange(other.ptr_, nullptr)},
+    ptr_{other.ptr_.exchange(nullptr)},
     size_{std::exchange(other.size_, 0)}
 {
 }
@@ -184,7 +184,7 @@ imported_allocation& imported_allocation::operator=(imported_allocation&& other)
 
 imported_allocation::~imported_allocation()
 {
-  if (ptr_ == nullptr) { return; }
+  if (ptr_.load() == nullptr) { return; }
   try {
     release(nullptr);
   } catch (...) {  // NOLINT(bugprone-empty-catch): the import stays counted; nothing is freed twice
@@ -193,7 +193,12 @@ imported_allocation::~imported_allocation()
 
 void imported_allocation::release(cudaStream_t stream)
 {
-  if (ptr_ == nullptr) { return; }
+  if (ptr_.load() == nullptr) { return; }
+  // A second thread waits here (without the GIL: Python calls this in a blocking region) until
+  // the first has freed and waited, then finds nothing to free.
+  std::lock_guard<std::mutex> const one_at_a_time{release_mutex_};
+  void* const ptr = ptr_.load();
+  if (ptr == nullptr) { return; }
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   auto const query                = cudaStreamIsCapturing(stream, &capture);
   detail::clear_own_error(query);
@@ -203,10 +208,12 @@ void imported_allocation::release(cudaStream_t stream)
       "graph cannot free another process's memory); release it outside the capture. Nothing "
       "was changed"};
   }
-  ASYNCMR_CUDA_TRY(cudaFreeAsync(ptr_, stream));
-  ptr_ = nullptr;  // the free is enqueued: never again
+  ASYNCMR_CUDA_TRY(cudaFreeAsync(ptr, stream));
+  ptr_.store(nullptr);  // the free is enqueued: never again
   cudaError_t status{};
   {
+    // Relaxed: this wait must not refuse (and break) a global-mode capture on another thread.
+    detail::relaxed_capture_guard const relaxed;
     detail::blocking_region wait;
     status = cudaStreamSynchronize(stream);
   }

@@ -16,8 +16,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -263,10 +265,10 @@ class imported_allocation {
   ~imported_allocation();
 
   /// @brief The address in this process; nullptr once released.
-  [[nodiscard]] void* get() const noexcept { return ptr_; }
+  [[nodiscard]] void* get() const noexcept { return ptr_.load(); }
   /// @brief The bytes the driver mapped at `get()`, or 0 when it cannot say.
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
-  [[nodiscard]] bool released() const noexcept { return ptr_ == nullptr; }
+  [[nodiscard]] bool released() const noexcept { return ptr_.load() == nullptr; }
   /// @brief The imported pool.
   [[nodiscard]] mem_pool const& pool() const noexcept { return pool_; }
 
@@ -277,6 +279,9 @@ class imported_allocation {
    * stays valid; cuda_error when the driver refuses the free (nothing changed) or the wait
    * fails (the free was enqueued: the allocation counts as released, but its import stays
    * counted, so the pool is never destroyed under a free that may not have run)
+   *
+   * Threads releasing one import at once take turns: the first frees it, the others then find
+   * it released and return.
    */
   void release(cudaStream_t stream = nullptr);
 
@@ -285,8 +290,9 @@ class imported_allocation {
   imported_allocation(mem_pool pool, void* ptr, std::size_t size) noexcept;
 
   mem_pool pool_{};
-  void* ptr_{nullptr};
+  std::atomic<void*> ptr_{nullptr};
   std::size_t size_{0};
+  std::mutex release_mutex_{};  // one release at a time (a move takes none: it is not shared)
 };
 
 namespace testing {
