@@ -306,8 +306,16 @@ void pool_resource_base::deallocate(cuda::stream_ref stream,
 void* pool_resource_base::allocate_sync(std::size_t bytes, std::size_t alignment)
 {
   void* ptr = allocate(cuda::stream_ref{cudaStreamPerThread}, bytes, alignment);
-  blocking_region wait;
-  ASYNCMR_CUDA_TRY(cudaStreamSynchronize(cudaStreamPerThread));
+  cudaError_t status{};
+  {
+    blocking_region wait;
+    status = cudaStreamSynchronize(cudaStreamPerThread);
+  }
+  if (status != cudaSuccess) {
+    // The caller never sees the block: it goes back (in the stream's order) before the throw.
+    deallocate(cuda::stream_ref{cudaStreamPerThread}, ptr, bytes, alignment);
+    throw_cuda_error(status, "cudaStreamSynchronize after allocate_sync's allocation");
+  }
   return ptr;
 }
 
