@@ -216,13 +216,22 @@ front_cache::bucket* front_cache::find_slow(stream_key stream) noexcept
       found = it->second;
     } else {
       try {
-        by_key_.reserve(by_key_.size() + 1);  // the only throwing step before any change
+        by_key_.reserve(by_key_.size() + 1);  // the bucket array; the node comes below
       } catch (...) {
         return nullptr;
       }
       found = spare_or_new(stream);
       if (found == nullptr) { return nullptr; }
-      by_key_.emplace(stream, found);  // cannot throw: reserved above
+      try {
+        by_key_.emplace(stream, found);  // allocates the map's node
+      } catch (...) {
+        // Out of host memory: a miss / a refusal (rule 5), and the bucket goes back to the
+        // spares it came from (spare_ holds room for every bucket: this allocates nothing).
+        lock_scope const g{found->lock};
+        unbind(*found);
+        spare_.push_back(found);
+        return nullptr;
+      }
     }
   }
   unsigned const s = first_tls_slot(id_, stream);

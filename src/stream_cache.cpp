@@ -160,10 +160,17 @@ bool mark_stream(void*, void*& marker, void* stream) noexcept
   }
   cudaEvent_t const fresh = make_marker(s);
   if (fresh == nullptr) { return false; }
-  marker            = fresh;
   auto const status = record_event(fresh, s);
   clear_own_error(status);
-  return status == cudaSuccess;
+  if (status != cudaSuccess) {
+    // Never left as the marker: a wait for an event never recorded returns at once, and the
+    // bucket's earlier blocks would be freed without their stream's order. With no marker the
+    // release refuses to order them, and they stay cached.
+    clear_own_error(cudaEventDestroy(fresh));
+    return false;
+  }
+  marker = fresh;
+  return true;
 }
 
 bool order_release(void* streams, void* marker) noexcept
@@ -335,19 +342,22 @@ void* allocate_giving_caches_back(mem_pool const& pool, std::size_t bytes, cudaS
 
 std::size_t release_caches_of(cudaMemPool_t pool, stream_cache const* except) noexcept
 {
-  std::vector<std::shared_ptr<stream_cache>> same;
+  // The weak pointers are copied under the lock and locked after it: a cache whose last owner
+  // goes meanwhile is destroyed here, and its destruction (which lets the GIL go and takes it
+  // back) must not run under the registry's spin lock, which a thread holding the GIL may be
+  // spinning on.
+  std::vector<std::weak_ptr<stream_cache>> all;
   auto& r = registry();
   r.lock.lock();
   try {
-    for (auto const& weak : r.caches) {
-      auto c = weak.lock();
-      if (c && c.get() != except && c->pool_handle() == pool) { same.push_back(std::move(c)); }
-    }
-  } catch (...) {  // NOLINT(bugprone-empty-catch): no host memory: ask the ones found so far
+    all = r.caches;
+  } catch (...) {  // NOLINT(bugprone-empty-catch): no host memory: nothing to ask
   }
   r.lock.unlock();
   std::size_t released = 0;
-  for (auto const& c : same) {
+  for (auto const& weak : all) {
+    auto const c = weak.lock();
+    if (!c || c.get() == except || c->pool_handle() != pool) { continue; }
     std::size_t const before = c->stats().cached_blocks;
     if (c->release() == cudaSuccess) { released += before; }
   }
@@ -431,12 +441,14 @@ cudaError_t stream_cache::free_in_release_order(bool wait_for_frees) noexcept
   // elsewhere (a stream-ordered wait, free and synchronization, none on a capturing stream).
   active_context_scope context{device_};
   std::uint64_t const proven = cache_.begin_proof();
-  std::size_t const freed    = cache_.free_parked(proven, [this](stream_key, void* p, std::size_t) noexcept {
+  static_cast<void>(cache_.free_parked(proven, [this](stream_key, void* p, std::size_t) noexcept {
     clear_own_error(cudaFreeAsync(p, streams_.release));
-  });
-  if (freed == 0 || !wait_for_frees) { return cudaSuccess; }
+  }));
+  if (!wait_for_frees) { return cudaSuccess; }
   // So that the memory is the pool's again when this returns (a trim or an allocation right
   // after sees it unused): waits for the work the blocks' streams had queued before their frees.
+  // Also when this call freed nothing: blocks the reclaimer or another release took before it
+  // may still be on their way, queued on the same stream.
   blocking_region wait;
   return cudaStreamSynchronize(streams_.release);
 }
@@ -445,7 +457,6 @@ cudaError_t stream_cache::release() noexcept
 {
   relaxed_capture_guard guard;
   static_cast<void>(cache_.detach_all());
-  if (cache_.stats().parked_blocks == 0) { return cudaSuccess; }
   return free_in_release_order(true);
 }
 

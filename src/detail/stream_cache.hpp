@@ -64,7 +64,8 @@ class stream_cache final : public std::enable_shared_from_this<stream_cache> {
   /// refuses what is not this pool's or names the wrong size. Never throws.
   [[nodiscard]] free_result deallocate(cudaStream_t stream, void* ptr, std::size_t bytes) noexcept;
   /// Parks every cached block (the release stream waiting for each one's stream), frees them on
-  /// the release stream and waits for it (in a blocking region): the memory is the pool's when
+  /// the release stream and waits for it (in a blocking region), also for frees queued there
+  /// before (by the reclaimer, or a release on another thread): the memory is the pool's when
   /// it returns. Safe while any other stream captures. The wait's error comes back. Never throws.
   cudaError_t release() noexcept;
   /// The background reclaimer's job: parks the blocks of streams idle for a whole epoch and
