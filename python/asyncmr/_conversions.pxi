@@ -39,6 +39,29 @@ cdef AllocationType to_type(value) except *:
     return t
 
 
+cdef size_t _size_t_slow(value, name) except? <size_t>-1:
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got bool")
+    try:
+        value = operator.index(value)  # NumPy's integers too; never a float
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+    if not 0 <= value < 2**64:
+        raise ValueError(f"{name} must be in [0, 2**64), got {value}")
+    return <size_t>value
+
+
+cdef inline size_t _to_size_t(value, name) except? <size_t>-1:
+    """A byte count or an address from Python: an int (the fast path) or another integral type
+    such as NumPy's, in [0, 2**64); a bool, a float or a negative value is refused by name."""
+    if type(value) is int:
+        try:
+            return <size_t>value
+        except OverflowError:
+            pass  # negative or too large: the slow path says which
+    return _size_t_slow(value, name)
+
+
 cdef optional[uint64_t] to_bytes(name, value) except *:
     cdef optional[uint64_t] out
     v = _validate.size(name, value)

@@ -299,6 +299,7 @@ cdef class _PoolResource(DeviceMemoryResource):
     cdef object _recorder   # the running record_history, or None
 
     cdef _prepare(self, pool, release_threshold, cache, reserve, resource_options* options)
+    cdef _adopt_pool(self)
     cdef _bind(self, pool_resource_base* base, optional[device_async_resource_ref] ref)
     cdef void _refresh_headroom(self) noexcept
     cdef uintptr_t _allocate_core(self, size_t n, uintptr_t s) except? 0

@@ -28,7 +28,11 @@ cdef class MemPool:
         return self
 
     cdef mem_pool* get(self) except NULL:
-        return self.c_pool.get()
+        cdef mem_pool* pool = self.c_pool.get()
+        if pool == NULL:
+            raise TypeError("MemPool.__new__ made an empty MemPool: use MemPool.default(), "
+                            "MemPool.current(), MemPool.create() or MemPool.from_handle()")
+        return pool
 
     @staticmethod
     def default(location, allocation_type):
@@ -73,6 +77,8 @@ cdef class MemPool:
         MemPool raises :class:`PoolClosedError`; an int is judged by what the driver says of it
         now (see the README's Known limits).
         """
+        if not isinstance(owned, bool):  # bool("no") is True: the wrong pool would be destroyed
+            raise TypeError(f"owned must be a bool, got {type(owned).__name__}")
         if isinstance(handle, MemPool):
             handle = handle.handle  # raises PoolClosedError for a closed pool
         h = _validate.handle(handle)
@@ -82,7 +88,7 @@ cdef class MemPool:
             loc = optional[location_t](to_location(location))
         if allocation_type is not None:
             t = optional[AllocationType](to_type(allocation_type))
-        return MemPool.wrap(adopt_handle(<uintptr_t>h, bool(owned), loc, t))
+        return MemPool.wrap(adopt_handle(<uintptr_t>h, owned, loc, t))
 
     @property
     def handle(self):
@@ -266,6 +272,8 @@ cdef class MemPool:
         return hash(self._hash_key)
 
     def __repr__(self):
+        if self.c_pool.get() == NULL:
+            return "MemPool(<empty>)"
         if self.closed:
             return "MemPool(<closed>)"
         return (f"MemPool(handle={self.handle:#x}, allocation_type={self.allocation_type!r}, "

@@ -67,11 +67,16 @@ cdef class _PoolResource(DeviceMemoryResource):
             if adopted is None:
                 options.source = POOL_SOURCES[name]
         self._adopt = NULL
-        if adopted is not None:
-            if not isinstance(adopted, MemPool):
-                adopted = MemPool.from_handle(adopted)
-            self._adopted = adopted
-            self._adopt = (<MemPool>adopted).get()
+        self._adopted = adopted  # an int is adopted by _adopt_pool, once every option is checked
+
+    cdef _adopt_pool(self):
+        """The pool to adopt, if any, as ``_adopt``: an int handle is asked of the driver here,
+        after the subclass checked the rest of its arguments."""
+        if self._adopted is None:
+            return
+        if not isinstance(self._adopted, MemPool):
+            self._adopted = MemPool.from_handle(self._adopted)
+        self._adopt = (<MemPool>self._adopted).get()
 
     cdef _bind(self, pool_resource_base* base, optional[device_async_resource_ref] ref):
         self.c_base = base
@@ -113,17 +118,19 @@ cdef class _PoolResource(DeviceMemoryResource):
         allocation inside a stream capture (host pools). (Allocations made by RMM itself, such
         as ``rmm.DeviceBuffer``, raise RuntimeError with the same message for the last two.)
         """
-        # ints (fast path) and other integer types such as NumPy's; never floats.
-        cdef size_t n = nbytes if type(nbytes) is int else operator.index(nbytes)
+        cdef size_t n = _to_size_t(nbytes, "nbytes")
         stream = as_stream(stream)
         cdef uintptr_t s = <uintptr_t>stream._cuda_stream
-        if self._recorder is None:
+        # Read once: another thread may end the recording while this allocation runs without
+        # the GIL, and the block must still come back to the caller.
+        recorder = self._recorder
+        if recorder is None:
             return self._allocate_core(n, s)
         try:
             ptr = self._allocate_core(n, s)
         except MemoryError as e:
-            raise MemoryError(f"{e}; {self._recorder.describe_outstanding()}") from None
-        self._recorder.note_allocation(ptr)
+            raise MemoryError(f"{e}; {recorder.describe_outstanding()}") from None
+        recorder.note_allocation(ptr)
         return ptr
 
     cdef uintptr_t _allocate_core(self, size_t n, uintptr_t s) except? 0:
@@ -143,7 +150,7 @@ cdef class _PoolResource(DeviceMemoryResource):
             self._refresh_headroom()
         return ptr
 
-    def deallocate(self, uintptr_t ptr, size_t nbytes, Stream stream=DEFAULT_STREAM):
+    def deallocate(self, ptr, nbytes, Stream stream=DEFAULT_STREAM):
         """Free ``ptr`` (``nbytes`` bytes) in stream order on ``stream``.
 
         Nothing is freed, and an exception says why, when the block is not this resource's to
@@ -152,21 +159,23 @@ cdef class _PoolResource(DeviceMemoryResource):
         block; :class:`asyncmr.CUDAError` when the driver refuses the free (a double free, or a
         pointer no pool handed out).
         """
+        cdef uintptr_t p = _to_size_t(ptr, "ptr")
+        cdef size_t n = _to_size_t(nbytes, "nbytes")
         stream = as_stream(stream)
         cdef uintptr_t s = <uintptr_t>stream._cuda_stream
         cdef free_result result
         if self._gil == _GIL_ALWAYS:
             with nogil:
-                result = deallocate(deref(self.c_base), s, ptr, nbytes)
+                result = deallocate(deref(self.c_base), s, p, n)
         else:
-            result = deallocate(deref(self.c_base), s, ptr, nbytes)
+            result = deallocate(deref(self.c_base), s, p, n)
         if result.status != FreeStatus.freed:
-            message = free_failure(result, ptr, nbytes).decode()
+            message = free_failure(result, p, n).decode()
             if result.status == FreeStatus.driver_refused:
                 raise CUDAError(message)
             raise ValueError(message)
-        if nbytes <= <size_t>INT64_MAX:
-            self._headroom += <int64_t>nbytes
+        if p != 0 and n <= <size_t>INT64_MAX:  # freeing null frees nothing, so adds no room
+            self._headroom += <int64_t>n
 
     @property
     def pool_handle(self):
@@ -365,15 +374,19 @@ cdef class AsyncManagedMR(_PoolResource):
                   prefetch=None, discard=False):
         cdef resource_options o
         if not isinstance(discard, bool):
-            raise TypeError(f"discard must be a bool, got {type(discard).__name__}")
+            kind = type(discard)  # NumPy's bool is named "bool" too: its module tells
+            named = kind.__name__ if kind.__module__ == "builtins" else \
+                f"{kind.__module__}.{kind.__qualname__}"
+            raise TypeError(f"discard must be a bool, got {named}")
         self._prepare(pool, release_threshold, cache, reserve, &o)
         o.device = to_ordinal(device, "device")
         if location is not None:
             o.location = optional[location_t](to_location(location))
-        if prefetch is not None:
+        o.accessible_from = to_devices(accessible_from)
+        if prefetch is not None:  # "device" may ask which device is current: checked last
             o.prefetch = optional[location_t](_prefetch_target(prefetch, o.device))
         o.discard = discard
-        o.accessible_from = to_devices(accessible_from)
+        self._adopt_pool()
         self.c_obj = make_resource[async_managed_memory_resource, resource_options](
             self._adopt, o)
         self._bind(self.c_obj.get(), make_ref(deref(self.c_obj)))
@@ -426,6 +439,7 @@ cdef class AsyncPinnedMR(_PoolResource):
         self._prepare(pool, release_threshold, cache, reserve, &o)
         o.numa_node = to_ordinal(numa_node, "numa_node")
         o.accessible_from = to_devices(accessible_from)
+        self._adopt_pool()
         self.c_obj = make_resource[async_pinned_memory_resource, resource_options](
             self._adopt, o)
         self._bind(self.c_obj.get(), make_ref(deref(self.c_obj)))
@@ -462,6 +476,7 @@ cdef class AsyncDeviceMR(_PoolResource):
         cdef resource_options o
         self._prepare(pool, release_threshold, cache, reserve, &o)
         o.device = to_ordinal(device, "device")
+        self._adopt_pool()
         self.c_obj = make_resource[async_device_memory_resource, resource_options](
             self._adopt, o)
         self._bind(self.c_obj.get(), make_ref(deref(self.c_obj)))

@@ -18,6 +18,7 @@ import types
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import pytest
 import rmm
 
@@ -222,6 +223,9 @@ CASES = [
       r"prefetch", cpu=True),
     C("managed-discard-int", lambda c: AsyncManagedMR(prefetch="device", discard=1), TypeError,
       r"discard must be a bool, got int", cpu=True),
+    C("managed-discard-numpy-bool",
+      lambda c: AsyncManagedMR(prefetch="device", discard=np.True_), TypeError,
+      r"discard must be a bool, got numpy\.bool", cpu=True),
     C("managed-discard-without-prefetch", lambda c: AsyncManagedMR(discard=True), ValueError,
       r"discard needs a prefetch target", cpu=True),
     C("pinned-discard", lambda c: AsyncPinnedMR(discard=True), TypeError, r"discard", cpu=True),
