@@ -253,6 +253,9 @@ def test_zero_bytes_and_pointer_helper(cp, owned):
     assert np.asarray(block)[96:].sum() == 3 * 4000
     with pytest.raises(ValueError, match="offset"):
         acp.pinned_memory_pointer(block, 5000)
+    for bad in (True, 1.5):  # once taken as offsets 1 and 1
+        with pytest.raises(TypeError, match=f"offset must be an int, got {type(bad).__name__}"):
+            acp.pinned_memory_pointer(block, bad)
     del block, ptr, view
     flush(cp)
     assert owned.attributes.used_mem_current == 0

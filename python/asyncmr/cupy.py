@@ -154,6 +154,8 @@ def pinned_memory_pointer(block: PinnedBlock, offset: int = 0) -> PinnedMemoryPo
     its allocation, alive), ``offset`` bytes into it."""
     if not isinstance(block, PinnedBlock):
         raise TypeError(f"block must be an asyncmr.PinnedBlock, got {type(block).__name__}")
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise TypeError(f"offset must be an int, got {type(offset).__name__}")
     if not 0 <= offset <= block.size:
         raise ValueError(f"offset must be in [0, {block.size}], got {offset}")
     return PinnedMemoryPointer(block, offset)
