@@ -7,7 +7,11 @@ the pool (its used bytes rise and fall back when they die), copies from and into
 CuPy and with explicit-kind cudaMemcpyAsync carry the right data.
 """
 
+import ctypes
 import gc
+import re
+import sys
+import threading
 
 import numpy as np
 import pytest
@@ -72,6 +76,121 @@ def test_bad_input_is_refused_before_cuda(call, exc, match):
         call()
 
 
+@pytest.mark.parametrize("shape,fill", [((1,), [1, 2, 3]), ((2, 1), [[1, 2], [3, 4]]),
+                                        ((3,), np.zeros((2, 3))), (4, np.ones((1, 4, 1)))])
+def test_a_fill_value_that_does_not_broadcast_to_the_shape_is_refused(shape, fill):
+    # Broadcast together, the two shapes agree; the array would need a bigger shape than asked.
+    dims = np.shape(fill)
+    with pytest.raises(ValueError, match=rf"fill_value of shape {re.escape(str(dims))} cannot "
+                                         rf"be broadcast to the array's shape "):
+        pinned_full(shape, fill)
+
+
+def test_a_subarray_dtypes_fill_value_broadcasts_to_the_expanded_shape():
+    with pytest.raises(ValueError, match=r"fill_value of shape \(3,\) cannot be broadcast to "
+                                         r"the array's shape \(3, 2\)"):
+        pinned_full(3, [1, 2, 3], ("f4", (2,)))
+
+
+@pytest.mark.parametrize("order", ["", "cf", "CF", "FC", "AK", "FA", "KA", "CA", "A", "K", "Ca",
+                                   None, 1, b"C"])
+def test_an_order_other_than_c_or_f_is_refused_naming_it(order):
+    for call in (pinned_empty, pinned_zeros, lambda shape, order: pinned_full(shape, 0, None,
+                                                                             order)):
+        with pytest.raises(ValueError, match=rf"order must be one of \('C', 'F'\), got "
+                                             rf"{re.escape(repr(order))}$"):
+            call(4, order=order)
+
+
+@pytest.mark.parametrize("order", ["", "cf", "AK", "FA", "CK", "KK", "Q", None, 0])
+def test_a_like_order_other_than_c_f_a_or_k_is_refused_naming_it(order):
+    for call in (pinned_empty_like, pinned_zeros_like,
+                 lambda p, order: pinned_full_like(p, 0, order=order)):
+        with pytest.raises(ValueError, match=rf"order must be one of \('C', 'F', 'A', 'K'\), "
+                                             rf"got {re.escape(repr(order))}$"):
+            call(np.zeros(3), order=order)
+
+
+@pytest.mark.parametrize("order,c_prototype,f_prototype", [
+    ("c", "C", "C"), ("f", "F", "F"), ("a", "C", "F"), ("k", "C", "F"), ("K", "C", "F")])
+def test_like_orders_are_read_in_either_case_as_numpy_does(order, c_prototype, f_prototype):
+    c, f = np.zeros((2, 3)), np.asfortranarray(np.zeros((2, 3)))
+    assert asyncmr.pinned._like(c, None, order, None)[2] == c_prototype
+    assert asyncmr.pinned._like(f, None, order, None)[2] == f_prototype
+
+
+# A block over an ordinary host buffer: PinnedBlock's own layout code without a GPU. A
+# zero-byte block allocates nothing (it reaches no CUDA call); its pointer and size are then
+# pointed at the buffer, and back to nothing before it dies, so that it frees nothing.
+_HOST_BUFFER = (ctypes.c_uint8 * 4096)()
+
+
+@pytest.fixture
+def host_block():
+    block = asyncmr.PinnedBlock._new(0, "a host buffer", None, True)
+    block.ptr, block.size = ctypes.addressof(_HOST_BUFFER), len(_HOST_BUFFER)
+    yield block
+    gc.collect()
+    block.ptr, block.size = 0, 0
+
+
+def test_a_block_over_a_host_buffer_gives_views_of_it(host_block):
+    a = host_block.as_array((4, 8), np.int32, order="F")
+    assert a.base is host_block and a.shape == (4, 8) and a.flags.f_contiguous
+    assert a.ctypes.data == host_block.ptr
+    u = np.asarray(host_block)
+    assert u.base is host_block and u.shape == (4096,) and u.dtype == np.uint8
+    assert host_block.as_array((4, 8), np.int32, order="f").flags.f_contiguous
+    for order in ("A", "K", "", "CF", "fc"):
+        with pytest.raises(ValueError, match=rf"order must be one of \('C', 'F'\), got "
+                                             rf"{order!r}$"):
+            host_block.as_array((4, 8), np.int32, order=order)
+    aligned = np.dtype([("x", "i4"), ("y", "f8")], align=True)
+    s = host_block.as_array((3,), aligned)
+    assert s.dtype == aligned and s.shape == (3,) and s.ctypes.data == host_block.ptr
+
+
+def test_threads_viewing_one_block_each_get_the_layout_they_asked_for(host_block):
+    # (shape, dtype, order) for as_array; None for numpy.asarray(block), its uint8 view.
+    layouts = [((8, 4), np.dtype(np.float64), "C"), ((5, 3), np.dtype(np.int16), "F"),
+               None, ((64,), np.dtype(np.uint8), "C"), ((2, 3, 4), np.dtype(np.float32), "F"),
+               ((7,), np.dtype(np.complex128), "C")]
+    threads, calls = 4, 25_000
+    start = threading.Barrier(threads)
+    wrong: list[str] = []
+
+    def view(k):
+        start.wait()
+        for i in range(calls):
+            layout = layouts[(i + k) % len(layouts)]
+            if layout is None:
+                shape, dtype, order = (4096,), np.dtype(np.uint8), "C"
+            else:
+                shape, dtype, order = layout
+            try:
+                a = np.asarray(host_block) if layout is None else host_block.as_array(*layout)
+            except Exception as e:  # another call's layout can make the view raise
+                wrong.append(f"asked {shape} {dtype} {order}, got {type(e).__name__}: {e}")
+                continue
+            laid_out = a.flags.f_contiguous if order == "F" else a.flags.c_contiguous
+            if a.shape != shape or a.dtype != dtype or not laid_out or a.base is not host_block:
+                wrong.append(f"asked {shape} {dtype} {order}, got {a.shape} {a.dtype} "
+                             f"strides {a.strides}")
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        workers = [threading.Thread(target=view, args=(k,)) for k in range(threads)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not wrong, (f"{len(wrong)} of {threads * calls} views had another call's layout: "
+                       f"{wrong[:3]}")
+
+
 def test_non_pinned_asyncmr_resource_is_refused_by_type(gpu):
     before = asyncmr.MemPool.default(asyncmr.Location.device(0), "device").attributes
     used = before.used_mem_current
@@ -122,6 +241,8 @@ def test_structured_and_subarray_dtypes(cp, owned):
     assert (a["y"] == 1.5).all() and (a["x"] == 0).all()
     b = pinned_empty((3,), ("f4", (2,)), mr=owned)  # NumPy expands the subarray
     assert b.shape == (3, 2) and b.dtype == np.float32
+    c = pinned_full(3, [1.0, 2.0], ("f4", (2,)), mr=owned)  # as numpy.full fills it
+    np.testing.assert_array_equal(c, np.full(3, [1.0, 2.0], ("f4", (2,))))
 
 
 def test_zero_size_arrays_allocate_nothing(cp, owned):

@@ -230,7 +230,8 @@ def _check_dtype(dtype) -> np.dtype:
 
 
 def _check_order(order, allowed: str) -> str:
-    if not isinstance(order, str) or order.upper() not in allowed:
+    """One of the letters in ``allowed``, in either case (as NumPy reads them)."""
+    if not isinstance(order, str) or len(order) != 1 or order.upper() not in allowed:
         raise ValueError(f"order must be one of {tuple(allowed)}, got {order!r}")
     return order.upper()
 
@@ -262,7 +263,7 @@ class PinnedBlock:
     ``base`` is the block). A zero-size block allocates nothing and has ``ptr`` 0.
     """
 
-    __slots__ = ("ptr", "size", "mr", "stream", "device", "_iface", "__weakref__")
+    __slots__ = ("ptr", "size", "mr", "stream", "device", "__weakref__")
 
     def __init__(self, nbytes, *, mr=None, stream=None, synchronize=True):
         self.ptr = 0  # __del__ frees nothing if a check below raises
@@ -282,7 +283,6 @@ class PinnedBlock:
     def _allocate(self, nbytes, mr, stream, synchronize):
         self.ptr = 0  # __del__ frees nothing unless the allocation below succeeded
         self.size = 0
-        self._iface = None
         self.mr = default_pinned_mr() if mr is None else mr
         if nbytes == 0:
             self.stream = stream
@@ -312,8 +312,9 @@ class PinnedBlock:
 
     @property
     def __array_interface__(self):
-        if self._iface is not None:
-            return self._iface
+        layout = getattr(_asking, "layout", None)
+        if layout is not None and layout[0] is self:
+            return layout[1]
         return {"shape": (self.size,), "typestr": "|u1", "data": (self.ptr, False),
                 "version": 3}
 
@@ -332,6 +333,12 @@ class PinnedBlock:
         return f"PinnedBlock(ptr={self.ptr:#x}, size={self.size}, mr={self.mr!r})"
 
 
+#: The layout one ``_view`` call is asking NumPy for: (block, interface), per thread. NumPy
+#: reads ``__array_interface__`` on the calling thread, during the call, so another thread
+#: viewing the same block (``as_array`` or ``numpy.asarray``) never sees it.
+_asking = threading.local()
+
+
 def _view(block: PinnedBlock, shape, dtype: np.dtype, order: str) -> np.ndarray:
     strides: tuple[int, ...] | None = None
     if order == "F":
@@ -341,13 +348,15 @@ def _view(block: PinnedBlock, shape, dtype: np.dtype, order: str) -> np.ndarray:
             step *= max(d, 1)
         strides = tuple(steps)
     # numpy.asarray reads the layout from __array_interface__, so the array's base is the
-    # block itself; the block is new and not shared yet, so setting it here is race-free.
-    block._iface = {"shape": shape, "typestr": dtype.str, "descr": dtype.descr,
-                    "strides": strides, "data": (block.ptr, False), "version": 3}
+    # block itself. The layout is this call's own, handed over through this thread's slot.
+    iface = {"shape": shape, "typestr": dtype.str, "descr": dtype.descr, "strides": strides,
+             "data": (block.ptr, False), "version": 3}
+    outer = getattr(_asking, "layout", None)
+    _asking.layout = (block, iface)
     try:
         arr = np.asarray(block)
     finally:
-        block._iface = None
+        _asking.layout = outer
     if arr.dtype != dtype:
         # Interfaces cannot spell every dtype (aligned structs); the item size is the same.
         arr = arr.view(dtype)
@@ -431,14 +440,21 @@ def pinned_full(shape, fill_value, dtype=None, order="C", *, mr=None, stream=Non
     if dtype is None:
         dtype = np.array(fill_value).dtype
     dtype = _check_dtype(dtype)
-    dims = _check_shape(shape)
+    # The array's own shape and item type (a subarray dtype adds dimensions).
+    dims, item, _ = _layout(_check_shape(shape), dtype)
     # Convert and broadcast the value first, so a bad one allocates nothing.
     try:
-        value = np.asarray(fill_value).astype(dtype, casting="unsafe")
-        np.broadcast_shapes(value.shape, dims)
+        value = np.asarray(fill_value).astype(item, casting="unsafe")
     except (TypeError, ValueError) as e:
         raise ValueError(f"fill_value {fill_value!r} cannot fill an array of shape {shape} "
                          f"and dtype {dtype}: {e}") from None
+    try:
+        fits = np.broadcast_shapes(value.shape, dims) == dims
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"fill_value of shape {value.shape} cannot be broadcast to the "
+                         f"array's shape {dims}")
     arr = _new_array(shape, dtype, order, mr, stream, synchronize, host_writes=True)
     np.copyto(arr, value, casting="unsafe")
     return arr
