@@ -4,6 +4,8 @@
 went, what memory they refuse without harming the context, and that a capture is never
 touched."""
 
+import re
+
 import pytest
 from rmm.pylibrmm.stream import Stream
 
@@ -53,6 +55,52 @@ def test_bad_ranges_are_refused_before_cuda(bad, error, match):
         asyncmr.discard(bad)
     with pytest.raises(error, match=match):
         asyncmr.advise(bad, "set_read_mostly")
+
+
+@pytest.mark.parametrize("bad,match", [
+    ((0x1000, 2**64 - 1), r"the range \(0x1000, 18446744073709551615 bytes\) ends past 2\*\*64"),
+    ((2**64 - 1, 2), r"the range \(0xffffffffffffffff, 2 bytes\) ends past 2\*\*64"),
+    ([(4096, 16), (2**63, 2**63 + 1)], r"range 1 \(0x8000000000000000, 9223372036854775809 "
+                                       r"bytes\) ends past 2\*\*64"),
+    (_Interface(2**64 - 8, (4,)), r"the range \(0xfffffffffffffff8, 16 bytes\) ends past"),
+])
+def test_a_range_that_wraps_past_the_end_of_the_address_space_is_refused(bad, match):
+    with pytest.raises(ValueError, match=match):
+        ranges(bad)
+    with pytest.raises(ValueError, match=match):
+        asyncmr.prefetch(bad, to="host")
+    with pytest.raises(ValueError, match=match):
+        asyncmr.discard(bad)
+    with pytest.raises(ValueError, match=match):
+        asyncmr.advise(bad, "set_read_mostly")
+
+
+def test_the_last_byte_of_the_address_space_is_a_range():
+    assert ranges((2**64 - 16, 16)) == [(2**64 - 16, 16)]
+    assert ranges(_Interface(2**64 - 16, (4,))) == [(2**64 - 16, 16)]
+
+
+@pytest.mark.parametrize("shape,strides,match", [
+    ((-1,), (4,), r"shape entries must be >= 0, got shape \(-1,\)"),
+    ((-2, -2), None, r"shape entries must be >= 0, got shape \(-2, -2\)"),
+    ((0, -1), None, r"shape entries must be >= 0, got shape \(0, -1\)"),
+    ((0, "x"), None, r"shape must be an int, got str"),
+    ((5, 4), (32,), r"strides \(32,\) do not match shape \(5, 4\)"),
+    ((5,), (32, 4), r"strides \(32, 4\) do not match shape \(5,\)"),
+    ((5, 4), (), r"strides \(\) do not match shape \(5, 4\)"),
+])
+def test_an_array_interface_with_a_bad_shape_or_strides_is_refused(shape, strides, match):
+    bad = _Interface(4096, shape, strides=strides)
+    with pytest.raises((ValueError, TypeError), match=match):
+        ranges(bad)
+    with pytest.raises((ValueError, TypeError), match=match):
+        asyncmr.prefetch([(8192, 16), bad], to="host")
+
+
+@pytest.mark.parametrize("typestr", ["<f-4", "<f+4", "<f 4", "<f\u0664"])
+def test_an_array_interface_item_size_must_be_decimal_digits(typestr):
+    with pytest.raises(ValueError, match=rf"unknown typestr {re.escape(repr(typestr))}"):
+        ranges(_Interface(4096, (3,), typestr=typestr, strides=(4,)))
 
 
 def test_a_bad_target_is_refused_before_cuda():

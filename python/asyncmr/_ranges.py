@@ -5,9 +5,11 @@ Numba arrays, PyTorch tensors, ``rmm.DeviceBuffer``), or a list or tuple of thos
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 _U64 = 1 << 64
+_ITEMSIZE = re.compile(r"[0-9]+")
 
 
 def _int(value: Any, what: str) -> int:
@@ -24,6 +26,8 @@ def _pair(ptr: Any, nbytes: Any, where: str) -> tuple[int, int]:
         raise ValueError(f"asyncmr: {where} size must be in [0, 2**64) bytes, got {n}")
     if p == 0 and n != 0:
         raise ValueError(f"asyncmr: {where} is a null pointer of {n} bytes")
+    if p + n > _U64:
+        raise ValueError(f"asyncmr: {where} ({p:#x}, {n} bytes) ends past 2**64")
     return p, n
 
 
@@ -32,15 +36,20 @@ def _from_interface(obj: Any, where: str) -> tuple[int, int]:
     if not isinstance(cai, dict) or "data" not in cai or "shape" not in cai:
         raise ValueError(f"asyncmr: {where} has a malformed __cuda_array_interface__")
     ptr = cai["data"][0] if isinstance(cai["data"], (tuple, list)) else cai["data"]
-    shape = tuple(cai["shape"])
+    shape = tuple(_int(n, f"{where} shape") for n in cai["shape"])
+    if any(n < 0 for n in shape):
+        raise ValueError(f"asyncmr: {where} shape entries must be >= 0, got shape {shape}")
     typestr = str(cai.get("typestr", "|u1"))
-    try:
-        itemsize = int(typestr[2:])
-    except ValueError:
-        raise ValueError(f"asyncmr: {where} has an unknown typestr {typestr!r}") from None
-    if any(_int(n, f"{where} shape") == 0 for n in shape):
-        return _pair(ptr or 0, 0, where)
+    if not _ITEMSIZE.fullmatch(typestr[2:]):
+        raise ValueError(f"asyncmr: {where} has an unknown typestr {typestr!r}")
+    itemsize = int(typestr[2:])
     strides = cai.get("strides")
+    if strides is not None:
+        strides = tuple(_int(step, f"{where} stride") for step in strides)
+        if len(strides) != len(shape):
+            raise ValueError(f"asyncmr: {where} strides {strides} do not match shape {shape}")
+    if 0 in shape:
+        return _pair(ptr or 0, 0, where)
     if strides is None:  # C-contiguous
         count = 1
         for n in shape:
@@ -48,7 +57,7 @@ def _from_interface(obj: Any, where: str) -> tuple[int, int]:
         return _pair(ptr, count * itemsize, where)
     low = high = 0
     for n, stride in zip(shape, strides):
-        span = (n - 1) * _int(stride, f"{where} stride")
+        span = (n - 1) * stride
         low, high = low + min(0, span), high + max(0, span)
     return _pair(ptr + low, high - low + itemsize, where)
 
