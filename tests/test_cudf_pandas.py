@@ -56,6 +56,51 @@ def test_bad_placement_arguments_are_refused_before_anything_is_set_up(args, wro
     assert door._installed is None
 
 
+@pytest.mark.parametrize("args, wrong", [
+    (["--cache=1048576", "s.py"], "unknown option '--cache=1048576'"),
+    (["--prefech", "device", "s.py"], "unknown option '--prefech'"),
+    (["--prefetch", "device", "--dicsard", "s.py"], "unknown option '--dicsard'"),
+    (["-x", "s.py"], "unknown option '-x'"),
+    (["--cache", "64", "-", "s.py"], "unknown option '-'"),
+    (["--reserve", "0", "--", "s.py"], "unknown option '--'"),
+])
+def test_an_unknown_option_before_the_script_is_refused_before_anything_is_set_up(
+        args, wrong, capsys):
+    assert door.main(args) == 2
+    err = capsys.readouterr().err
+    assert f"asyncmr cudf-pandas: {wrong}" in err and "usage: python -m asyncmr cudf-pandas" in err
+    assert "needs cuDF" not in err  # install() was not called (it says so where cuDF is not)
+    assert door._installed is None
+
+
+@pytest.mark.parametrize("args, wrong", [
+    (["--cache", "\u00b2", "s.py"], "--cache takes a number of bytes (0 or more), got '\u00b2'"),
+    (["--cache", "\u0663", "s.py"], "--cache takes a number of bytes (0 or more), got '\u0663'"),
+    (["--reserve", "\uff18", "s.py"],
+     "--reserve takes a number of bytes (0 or more), got '\uff18'"),
+    (["--reserve", " 8", "s.py"], "--reserve takes a number of bytes (0 or more), got ' 8'"),
+    (["--prefetch", "\u00b9", "s.py"],
+     "--prefetch takes device, host or a device ordinal, got '\u00b9'"),
+    (["--prefetch", "\u0661", "s.py"],
+     "--prefetch takes device, host or a device ordinal, got '\u0661'"),
+])
+def test_numbers_are_ascii_digits_only(args, wrong, capsys):
+    assert door.main(args) == 2
+    err = capsys.readouterr().err
+    assert f"asyncmr cudf-pandas: {wrong}" in err
+    assert "needs cuDF" not in err
+    assert door._installed is None
+
+
+@pytest.mark.parametrize("args", [["--cache", "5", "-h"], ["--prefetch", "host", "--help", "s.py"]])
+def test_help_after_the_door_options_prints_the_usage_and_sets_up_nothing(args, capsys):
+    assert door.main(args) == 0
+    out = capsys.readouterr()
+    assert out.out.startswith("usage: python -m asyncmr cudf-pandas")
+    assert "needs cuDF" not in out.err
+    assert door._installed is None
+
+
 def test_the_door_options_become_install_keywords():
     assert door._options(["--prefetch", "device", "--discard", "--cache", "0", "s.py", "--x"]) == (
         {"prefetch": "device", "discard": True, "cache": 0}, ["s.py", "--x"])
@@ -63,6 +108,8 @@ def test_the_door_options_become_install_keywords():
     assert door._options(["--reserve", "8589934592", "s.py"]) == ({"reserve": 8 << 30}, ["s.py"])
     # What follows the script is the script's, even when it looks like the door's own options.
     assert door._options(["s.py", "--discard"]) == ({}, ["s.py", "--discard"])
+    assert door._options(["--cache", "1", "-m", "mod", "--x", "-h"]) == (
+        {"cache": 1}, ["-m", "mod", "--x", "-h"])
 
 
 @pytest.mark.skipif(HAVE_CUDF, reason="not applicable: cuDF is installed here")

@@ -24,6 +24,7 @@ prefetching on; ``install`` puts an :class:`asyncmr.AsyncManagedMR` in the adapt
 
 from __future__ import annotations
 
+import re
 import runpy
 import sys
 from typing import Any
@@ -75,9 +76,16 @@ USAGE = ("usage: python -m asyncmr cudf-pandas [--cache BYTES] [--reserve BYTES]
          "[--prefetch device|host|N] [--discard] (SCRIPT | -m MODULE) [ARGS...]")
 
 
+# ASCII digits only: str.isdigit also takes superscripts (which int() refuses), and it and
+# str.isdecimal take other scripts' digits (which int() reads).
+_NUMBER = re.compile(r"[0-9]+")
+_HELP = ("-h", "--help")
+
+
 def _options(args: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """Takes the door's own options off the front of ``args``: (install's keywords, the rest).
-    Raises ValueError naming the option that is wrong."""
+    """Takes the door's own options off the front of ``args``: (install's keywords, the rest,
+    which starts with the script, ``-m``, or ``-h``/``--help``). Raises ValueError naming the
+    option that is wrong, or an unknown one met before the script."""
     options: dict[str, Any] = {}
     while args and args[0] in ("--cache", "--reserve", "--prefetch", "--discard"):
         flag, args = args[0], args[1:]
@@ -89,15 +97,19 @@ def _options(args: list[str]) -> tuple[dict[str, Any], list[str]]:
         value = args[0] if args else ""
         args = args[1:]
         if flag in ("--cache", "--reserve"):
-            if not value.isdigit():
+            if not _NUMBER.fullmatch(value):
                 raise ValueError(f"{flag} takes a number of bytes (0 or more), got {value!r}")
             options[flag[2:]] = int(value)
         elif value in ("device", "host"):
             options["prefetch"] = value
-        elif value.isdigit():
+        elif _NUMBER.fullmatch(value):
             options["prefetch"] = int(value)
         else:
             raise ValueError(f"--prefetch takes device, host or a device ordinal, got {value!r}")
+    if args and args[0].startswith("-") and args[0] != "-m" and args[0] not in _HELP:
+        # A typo or an unsupported spelling (--cache=N) would otherwise be run as the script.
+        raise ValueError(f"unknown option {args[0]!r} (the door's options are --cache, "
+                         "--reserve, --prefetch and --discard, before the script or -m MODULE)")
     if options.get("discard") and "prefetch" not in options:
         raise ValueError("--discard needs --prefetch (it drops the old contents as an "
                          "allocation is prefetched)")
@@ -115,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"asyncmr cudf-pandas: {e}\n{USAGE}", file=sys.stderr)
         return 2
+    if args and args[0] in _HELP:
+        print(USAGE)
+        return 0
     if not args or (args[0] == "-m" and len(args) < 2):
         print(USAGE, file=sys.stderr)
         return 2
