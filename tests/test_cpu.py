@@ -304,6 +304,32 @@ def test_demo_refuses_an_unknown_option():
     assert "unrecognized arguments: --elemnts 5" in proc.stderr
 
 
+@pytest.mark.parametrize("value", ["-5", "0", "-0", "1.5", "x", "", "\u0663", " 7"])
+def test_demo_refuses_elements_that_are_not_a_positive_integer(value, capsys):
+    from asyncmr.__main__ import main
+
+    with pytest.raises(SystemExit) as exit:  # before the demo looks for a GPU
+        main(["demo", "--elements", value])
+    assert exit.value.code == 2
+    assert (f"error: argument --elements: must be a positive integer, got {value!r}"
+            in capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("twice, named, values", [
+    (["--elements", "8", "--elements", "9"], "--elements", (8, 9)),
+    (["--history", "a", "--history=b"], "--history", ("a", "b")),
+])
+def test_demo_refuses_an_option_given_twice_naming_it(twice, named, values, capsys):
+    from asyncmr.__main__ import main
+
+    with pytest.raises(SystemExit) as exit:
+        main(["demo", *twice])
+    assert exit.value.code == 2
+    first, then = values
+    assert (f"error: argument {named}: given twice (first {first!r}, then {then!r})"
+            in capsys.readouterr().err)
+
+
 def test_the_installed_distribution_carries_the_license():
     import importlib.metadata as md
 

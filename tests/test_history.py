@@ -538,6 +538,26 @@ def test_main_exits_2_naming_a_file_that_is_not_a_history(tmp_path, capsys):
     assert not (tmp_path / "t.png").exists()
 
 
+@pytest.mark.parametrize("twice, named, values", [
+    (["-o", "a.png", "-o", "b.png"], "-o/--output", ("a.png", "b.png")),
+    (["--output", "a.png", "-o", "b.png"], "-o/--output", ("a.png", "b.png")),
+    (["--output=a.png", "-ob.png"], "-o/--output", ("a.png", "b.png")),
+    (["--title", "first", "--title", "second"], "--title", ("first", "second")),
+])
+def test_main_refuses_an_option_given_twice_naming_it(tmp_path, capsys, monkeypatch, twice,
+                                                       named, values):
+    path = tmp_path / "h.pickle"
+    make_history().save(path)
+    monkeypatch.chdir(tmp_path)  # the default and the relative outputs land here
+    with pytest.raises(SystemExit) as exit:
+        hist.main([str(path), *twice])
+    assert exit.value.code == 2
+    first, then = values
+    assert (f"error: argument {named}: given twice (first {first!r}, then {then!r})"
+            in capsys.readouterr().err)
+    assert not list(tmp_path.glob("*.png"))  # nothing was drawn
+
+
 def test_main_exits_2_for_a_missing_file(tmp_path, capsys):
     assert hist.main([str(tmp_path / "nothing.pickle")]) == 2
     assert capsys.readouterr().err == (f"asyncmr plot: cannot read {tmp_path / 'nothing.pickle'}: "
