@@ -430,6 +430,7 @@ stream_cache::~stream_cache()
   // be gone.
   relaxed_capture_guard guard;
   if (cache_.held_blocks() != 0) {
+    active_context_scope context{device_};  // the last owner may be any thread: as release()
     static_cast<void>(cache_.detach_all());
     static_cast<void>(free_in_release_order(false));
   }
@@ -456,6 +457,10 @@ cudaError_t stream_cache::free_in_release_order(bool wait_for_frees) noexcept
 cudaError_t stream_cache::release() noexcept
 {
   relaxed_capture_guard guard;
+  // Parking makes the release stream wait for each stream's marker: a runtime call that, on a
+  // thread with no current context (the reclaimer's, a Dask worker's), would make one on
+  // device 0. The cache's device's context, when active, is made current instead.
+  active_context_scope context{device_};
   static_cast<void>(cache_.detach_all());
   return free_in_release_order(true);
 }
@@ -463,6 +468,7 @@ cudaError_t stream_cache::release() noexcept
 void stream_cache::reclaim_stale() noexcept
 {
   relaxed_capture_guard guard;
+  active_context_scope context{device_};  // this runs on the reclaimer's thread: as release()
   if (cache_.detach_stale() == 0) { return; }
   static_cast<void>(free_in_release_order(false));
 }

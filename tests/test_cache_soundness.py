@@ -335,6 +335,43 @@ def test_a_process_using_gpu_0_makes_no_context_on_gpu_1(two_gpus):
     assert "device 1: active 0" in proc.stdout, describe(proc)
 
 
+# The mirror: a process using only GPU 1 (a Dask worker's view), whose cache's background
+# reclaimer (a thread with no current context) takes an idle stream's blocks back.
+RECLAIM_CHILD = r"""
+import time
+import asyncmr
+from cuda.bindings import driver as cu, runtime as rt
+from rmm.pylibrmm.stream import Stream
+rt.cudaSetDevice(1)
+mr = asyncmr.AsyncDeviceMR(1, pool="new", cache=1 << 20)
+idle, busy = Stream(), Stream()
+p = mr.allocate(64 << 10, idle); mr.deallocate(p, 64 << 10, idle)
+deadline = time.monotonic() + 10
+while mr.cache_info["reclaims"] == 0 and time.monotonic() < deadline:
+    blocks = [mr.allocate(64 << 10, busy) for _ in range(24)]
+    for q in blocks:
+        mr.deallocate(q, 64 << 10, busy)
+    time.sleep(0.05)
+print("reclaims", mr.cache_info["reclaims"], flush=True)
+mr.release_cache(); mr.trim_to(0)
+busy.synchronize()
+del mr
+cu.cuInit(0)
+for d in range(asyncmr.device_count()):
+    err, dev = cu.cuDeviceGet(d)
+    err, flags, active = cu.cuDevicePrimaryCtxGetState(dev)
+    print(f"device {d}: active {int(active)}", flush=True)
+"""
+
+
+def test_a_process_using_gpu_1_makes_no_context_on_gpu_0_when_its_cache_reclaims(two_gpus):
+    proc = run_python(RECLAIM_CHILD, timeout=120)
+    assert proc.returncode == 0, describe(proc)
+    assert "reclaims 0" not in proc.stdout, describe(proc)
+    assert "device 1: active 1" in proc.stdout, describe(proc)
+    assert "device 0: active 0" in proc.stdout, describe(proc)
+
+
 # ---- 9. the attribute table is indexed checked ------------------------------------------------------
 
 ATTRIBUTE_CHILD = r"""
