@@ -367,6 +367,45 @@ def test_a_reservation_is_either_held_whole_or_refused(gpu, atype):
             reserve, attrs.reserved_mem_current)
 
 
+def test_a_failed_reservation_never_undoes_another_resources_on_the_same_pool(gpu):
+    # Two threads build resources on one bounded pool at once: one asks a reservation the pool
+    # cannot hold (it fails, giving back what it grew and putting the threshold back), the other
+    # a threshold and a reservation that fit. In whatever order they ran, the pool ends with the
+    # second one's threshold and its reservation held.
+    lost = []
+    for round_ in range(12):
+        with MemPool.create(Location.device(0), "device", max_size=64 * MiB,
+                            release_threshold=0) as pool:
+            start = threading.Barrier(2)
+            results = {}
+
+            def failing():
+                start.wait()
+                try:
+                    AsyncDeviceMR(pool=pool, release_threshold=256 * MiB, reserve=128 * MiB)
+                except MemoryError:
+                    results["failing"] = "refused"
+
+            def fitting():
+                start.wait()
+                results["fitting"] = AsyncDeviceMR(pool=pool, release_threshold=32 * MiB,
+                                                   reserve=16 * MiB)
+
+            threads = [threading.Thread(target=failing), threading.Thread(target=fitting)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert results.get("failing") == "refused", results
+            sync()
+            threshold = pool.attributes.release_threshold
+            unused = pool.attributes.reserved_mem_current - pool.attributes.used_mem_current
+            if threshold != 32 * MiB or unused < 16 * MiB:
+                lost.append((round_, threshold, unused))
+            del results
+    assert lost == [], f"(round, threshold, unused bytes) where the fitting resource lost: {lost}"
+
+
 def test_a_resource_on_an_owned_current_pool_is_closed_with_it(gpu):
     pool = MemPool.create(Location.device(0), "device")
     with pool.as_current():
