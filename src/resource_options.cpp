@@ -18,6 +18,7 @@
 #include "detail/stream_cache.hpp"
 
 #include <limits>
+#include <mutex>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -259,6 +260,21 @@ void apply_threshold_and_reserve(mem_pool& pool,
   }
 }
 
+// Resources made at once on a pool others share take turns with its threshold and reservation:
+// a failed reservation puts back the threshold and the reserved bytes it read first, which must
+// not undo another resource's change made meanwhile. Waited for in a blocking region: the
+// holder may be waiting for the device with the GIL let go, and wants it back.
+std::unique_lock<std::mutex> shared_pool_turn()
+{
+  static std::mutex turns;
+  std::unique_lock<std::mutex> turn{turns, std::try_to_lock};
+  if (!turn.owns_lock()) {
+    blocking_region const wait;
+    turn.lock();
+  }
+  return turn;
+}
+
 mem_pool obtain(allocation_type type, location const& where, resource_options const& o)
 {
   switch (o.source) {
@@ -320,6 +336,7 @@ resolved_pool resolve_pool(allocation_type type, resource_options const& o, mem_
         break;
       }
     }
+    auto const turn = shared_pool_turn();
     if (o.reserve == 0) {
       // Nothing read first: an imported pool answers no attribute (and is refused later).
       if (o.release_threshold) { pool.set<pool_attribute::release_threshold>(*o.release_threshold); }
@@ -346,8 +363,10 @@ resolved_pool resolve_pool(allocation_type type, resource_options const& o, mem_
       where  = location::device(*device);
       break;
   }
+  bool const shared = o.source != pool_source::new_pool;
+  std::unique_lock<std::mutex> turn;
+  if (shared) { turn = shared_pool_turn(); }
   mem_pool pool      = obtain(type, where, o);
-  bool const shared  = o.source != pool_source::new_pool;
   auto const before  = pool.get<pool_attribute::release_threshold>();
   auto const planned = threshold_to_be(before, o, shared);
   check_reserve(o.reserve, planned,
