@@ -337,16 +337,20 @@ resolved_pool resolve_pool(allocation_type type, resource_options const& o, mem_
       }
     }
     auto const turn = shared_pool_turn();
-    if (o.reserve == 0) {
-      // Nothing read first: an imported pool answers no attribute (and is refused later).
-      if (o.release_threshold) { pool.set<pool_attribute::release_threshold>(*o.release_threshold); }
-    } else {
-      auto const before = pool.get<pool_attribute::release_threshold>();
+    std::uint64_t before = 0;
+    if (o.reserve != 0) {  // (nothing read otherwise: an imported pool answers no attribute)
+      before = pool.get<pool_attribute::release_threshold>();
       check_reserve(o.reserve, o.release_threshold.value_or(before),
                     pool.get<pool_attribute::used_mem_current>());
+    }
+    // Access before the threshold and the reservation: a grant the driver refuses then leaves
+    // those as they were (a failed reservation leaves the access, as asked, granted).
+    if (remote) { grant_access(pool, o.accessible_from); }
+    if (o.reserve == 0) {
+      if (o.release_threshold) { pool.set<pool_attribute::release_threshold>(*o.release_threshold); }
+    } else {
       apply_threshold_and_reserve(pool, o.release_threshold, before, o, device);
     }
-    if (remote) { grant_access(pool, o.accessible_from); }
     return {std::move(pool), device, o.cache, o.prefetch, o.discard};
   }
   location where = location::host();
@@ -371,12 +375,12 @@ resolved_pool resolve_pool(allocation_type type, resource_options const& o, mem_
   auto const planned = threshold_to_be(before, o, shared);
   check_reserve(o.reserve, planned,
                 shared && o.reserve != 0 ? pool.get<pool_attribute::used_mem_current>() : 0);
+  if (where.is_host()) { grant_access(pool, o.accessible_from); }  // first, as above
   apply_threshold_and_reserve(pool, shared ? std::optional{planned} : std::nullopt, before, o,
                               device);
   // A new pool's peaks start after its reservation, as a fresh pool's do (a shared pool's peaks
   // are everyone's and stay).
   if (!shared && o.reserve != 0) { pool.reset_peaks(); }
-  if (where.is_host()) { grant_access(pool, o.accessible_from); }
   return {std::move(pool), device, o.cache, o.prefetch, o.discard};
 }
 
