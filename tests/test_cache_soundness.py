@@ -304,9 +304,18 @@ def test_a_wrong_size_on_free_is_refused_and_the_block_stays_valid(gpu):
 
 # ---- 7. no primary context on GPUs the process never used ----------------------------------------------
 
+# What a child prints last: which devices have an active primary context.
+PRIMARY_CONTEXTS = r"""
+from cuda.bindings import driver as cu
+cu.cuInit(0)
+for d in range(asyncmr.device_count()):
+    err, dev = cu.cuDeviceGet(d)
+    err, flags, active = cu.cuDevicePrimaryCtxGetState(dev)
+    print(f"device {d}: active {int(active)}", flush=True)
+"""
+
 CONTEXT_CHILD = r"""
 import asyncmr
-from cuda.bindings import driver as cu
 from rmm.pylibrmm.stream import Stream
 mr = asyncmr.AsyncDeviceMR(0, pool="new", cache=64 << 20)
 pinned = asyncmr.AsyncPinnedMR(pool="new", cache=64 << 20, accessible_from=[0])
@@ -320,12 +329,7 @@ mr.trim_to(0); pinned.trim_to(0)
 for r in (mr, pinned):
     p = r.allocate(4096, s); r.deallocate(p, 4096, s)
 del mr, pinned
-cu.cuInit(0)
-for d in range(asyncmr.device_count()):
-    err, dev = cu.cuDeviceGet(d)
-    err, flags, active = cu.cuDevicePrimaryCtxGetState(dev)
-    print(f"device {d}: active {int(active)}", flush=True)
-"""
+""" + PRIMARY_CONTEXTS
 
 
 def test_a_process_using_gpu_0_makes_no_context_on_gpu_1(two_gpus):
@@ -340,7 +344,7 @@ def test_a_process_using_gpu_0_makes_no_context_on_gpu_1(two_gpus):
 RECLAIM_CHILD = r"""
 import time
 import asyncmr
-from cuda.bindings import driver as cu, runtime as rt
+from cuda.bindings import runtime as rt
 from rmm.pylibrmm.stream import Stream
 rt.cudaSetDevice(1)
 mr = asyncmr.AsyncDeviceMR(1, pool="new", cache=1 << 20)
@@ -356,12 +360,7 @@ print("reclaims", mr.cache_info["reclaims"], flush=True)
 mr.release_cache(); mr.trim_to(0)
 busy.synchronize()
 del mr
-cu.cuInit(0)
-for d in range(asyncmr.device_count()):
-    err, dev = cu.cuDeviceGet(d)
-    err, flags, active = cu.cuDevicePrimaryCtxGetState(dev)
-    print(f"device {d}: active {int(active)}", flush=True)
-"""
+""" + PRIMARY_CONTEXTS
 
 
 def test_a_process_using_gpu_1_makes_no_context_on_gpu_0_when_its_cache_reclaims(two_gpus):

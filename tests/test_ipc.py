@@ -145,6 +145,19 @@ def _share(pool, ptr, kind: str, device: int, how: str = "release"):
         os.close(fd)
 
 
+def _child_says(how: str, *lines: str) -> None:
+    """Shares a device pool's allocation with a child run ``how``; the child must end well and
+    print each of ``lines``."""
+    pool, mr, ptr = _exporter("device")
+    proc = _share(pool, ptr, "device", 0, how=how)
+    assert proc.returncode == 0 and "OK" in proc.stdout, describe(proc)
+    for line in lines:
+        assert line in proc.stdout, describe(proc)
+    mr.deallocate(ptr, MiB)
+    sync()
+    pool.close()
+
+
 def _exporter_sees_the_importers_writes(ptr):
     got = device_view(ptr, WORDS, dtype=np.uint32).get()
     np.testing.assert_array_equal(got, np.arange(WORDS, dtype=np.uint32) + 7)
@@ -211,43 +224,20 @@ def test_host_pinned_pools_across_processes(gpu):
 
 
 def test_an_importer_cannot_claim_more_bytes_than_the_driver_mapped(gpu):
-    pool, mr, ptr = _exporter("device")
-    proc = _share(pool, ptr, "device", 0, how="oversize")
-    assert proc.returncode == 0 and "OK" in proc.stdout, describe(proc)
-    assert "OVERSIZE REFUSED" in proc.stdout, describe(proc)
-    mr.deallocate(ptr, MiB)
-    sync()
-    pool.close()
+    _child_says("oversize", "OVERSIZE REFUSED")
 
 
 def test_an_import_dying_behind_a_python_host_function_does_not_deadlock(gpu):
-    pool, mr, ptr = _exporter("device")
-    proc = _share(pool, ptr, "device", 0, how="dealloc_gil")
-    assert proc.returncode == 0 and "DEALLOC OK [1]" in proc.stdout, describe(proc)
-    mr.deallocate(ptr, MiB)
-    sync()
-    pool.close()
+    _child_says("dealloc_gil", "DEALLOC OK [1]")
 
 
 def test_a_release_inside_a_capture_is_refused_and_the_import_stays_live(gpu):
-    pool, mr, ptr = _exporter("device")
-    proc = _share(pool, ptr, "device", 0, how="capture_release")
-    assert proc.returncode == 0 and "OK" in proc.stdout, describe(proc)
-    for line in ("CAPTURE RELEASE REFUSED", "CAPTURE VALID", "IMPORT LIVE", "STILL MAPPED"):
-        assert line in proc.stdout, describe(proc)
-    mr.deallocate(ptr, MiB)
-    sync()
-    pool.close()
+    _child_says("capture_release", "CAPTURE RELEASE REFUSED", "CAPTURE VALID", "IMPORT LIVE",
+                "STILL MAPPED")
 
 
 def test_two_threads_releasing_one_import_free_it_once(gpu):
-    pool, mr, ptr = _exporter("device")
-    proc = _share(pool, ptr, "device", 0, how="two_threads")
-    assert proc.returncode == 0 and "OK" in proc.stdout, describe(proc)
-    assert "RELEASE FAILURES 0 []" in proc.stdout, describe(proc)
-    mr.deallocate(ptr, MiB)
-    sync()
-    pool.close()
+    _child_says("two_threads", "RELEASE FAILURES 0 []")
 
 
 # ---- bad input -----------------------------------------------------------------------------------
