@@ -135,5 +135,32 @@ def test_discard_places_each_allocation_and_keeps_its_neighbours_bytes(gpu):
     s.synchronize()
 
 
+def test_discard_on_the_legacy_default_stream_places_the_allocation_or_says_why(gpu):
+    """What RMM, CuPy's null stream and cuDF use when no stream is named: the driver's batched
+    discards refuse the legacy NULL stream (its header says "must not be legacy NULL stream").
+    An allocation there is still placed (prefetched, never silently left where it was), and the
+    placement calls either work or raise UnsupportedError naming the stream, never a wrong
+    "not managed memory"."""
+    if not asyncmr.can_discard():
+        pytest.skip("not applicable: discard needs the CUDA 13 build")
+    mr = AsyncManagedMR(pool="new", prefetch="device", discard=True)
+    failed = asyncmr.failed_prefetches()
+    p = mr.allocate(2 * MiB)  # no stream named: the legacy default stream
+    Stream().synchronize()
+    cudart = require_module("cuda.bindings.runtime", "the test waits for the legacy stream")
+    cudart.cudaStreamSynchronize(0)
+    assert last_prefetch(p, 2 * MiB) == 0, "the allocation was not placed"
+    assert asyncmr.failed_prefetches() == failed
+    for call in (lambda: asyncmr.discard((p, 2 * MiB)),
+                 lambda: asyncmr.discard_and_prefetch((p, 2 * MiB), to="device")):
+        try:
+            call()
+        except asyncmr.UnsupportedError as e:
+            assert "legacy default stream" in str(e), e
+    cudart.cudaStreamSynchronize(0)
+    mr.deallocate(p, 2 * MiB)
+    cudart.cudaStreamSynchronize(0)
+
+
 def test_discard_is_off_by_default(gpu):
     assert AsyncManagedMR(pool="new", prefetch="device").discard is False
