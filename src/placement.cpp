@@ -43,9 +43,18 @@ cudaError_t prefetch_async(void const* ptr, std::size_t bytes, location to,
 #endif
 }
 
+bool legacy_stream(cudaStream_t stream) noexcept
+{
+  return stream == nullptr || stream == cudaStreamLegacy;
+}
+
 cudaError_t discard_and_prefetch_async(void* ptr, std::size_t bytes, location to,
                                        cudaStream_t stream) noexcept
 {
+  // The driver's batched discards refuse the legacy NULL stream (cuda_runtime_api.h: "must not
+  // be legacy NULL stream"), which RMM, CuPy's null stream and cuDF use when no stream is
+  // named: there the allocation is prefetched without the discard.
+  if (legacy_stream(stream)) { return prefetch_async(ptr, bytes, to, stream); }
 #if CUDART_VERSION >= 13000
   cudaMemLocation where = to.to_cuda();
   std::size_t first     = 0;
@@ -74,6 +83,19 @@ void check_ranges(std::span<memory_range const> ranges, char const* what)
     }
   }
   static_cast<void>(require_cuda());  // no driver: say so, not "capturing"
+}
+
+// The batched discards' own refusal, before any driver call, in words (the driver would say
+// cudaErrorInvalidValue, which reads as "not managed memory").
+void check_not_legacy(cudaStream_t stream, char const* what)
+{
+  if (detail::legacy_stream(stream)) {
+    throw unsupported_error{std::string{"asyncmr: "} + what +
+                            " on the legacy default stream: the driver's batched discard calls "
+                            "refuse it (cudaMemDiscardBatchAsync: \"must not be legacy NULL "
+                            "stream\"); pass a stream you created, or the per-thread default "
+                            "stream"};
+  }
 }
 
 // As check_ranges, and the stream-ordered calls refuse a capturing stream.
@@ -210,6 +232,7 @@ void discard(std::span<memory_range const> ranges, cuda::stream_ref stream)
 {
   if (!can_discard()) { needs_cuda13("discard"); }
   check(ranges, stream.get(), "discard");
+  check_not_legacy(stream.get(), "discard");
   batch b = non_empty(ranges);
   if (b.ptrs.empty()) { return; }
 #if CUDART_VERSION >= 13000
@@ -226,6 +249,7 @@ void discard_and_prefetch(std::span<memory_range const> ranges,
   if (!can_discard()) { needs_cuda13("discard_and_prefetch"); }
   detail::check_prefetch_target(to);
   check(ranges, stream.get(), "discard_and_prefetch");
+  check_not_legacy(stream.get(), "discard_and_prefetch");
   batch b = non_empty(ranges);
   if (b.ptrs.empty()) { return; }
 #if CUDART_VERSION >= 13000

@@ -41,7 +41,9 @@ def prefetch(obj, to="device", Stream stream=DEFAULT_STREAM):
 def discard(obj, Stream stream=DEFAULT_STREAM):
     """Discard the contents of managed memory in stream order (no migration: what is read
     before the next write is unspecified). ``obj`` as for :func:`prefetch`. CUDA 13 build only:
-    :class:`asyncmr.UnsupportedError` elsewhere, and on a capturing stream."""
+    :class:`asyncmr.UnsupportedError` elsewhere, on a capturing stream, and on the legacy
+    default stream (the default here), which the driver's batched discards refuse: pass a
+    stream."""
     cdef vector[memory_range] rs = _as_ranges(obj)
     stream = as_stream(stream)
     cdef uintptr_t s = <uintptr_t>stream._cuda_stream

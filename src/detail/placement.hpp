@@ -23,7 +23,11 @@ void check_prefetch_target(location to);
                                          location to,
                                          cudaStream_t stream) noexcept;
 
-/// `cudaMemDiscardAndPrefetchBatchAsync` of the one range to `to` on the CUDA 13 build;
+/// True for the legacy default stream (0 or `cudaStreamLegacy`).
+[[nodiscard]] bool legacy_stream(cudaStream_t stream) noexcept;
+
+/// `cudaMemDiscardAndPrefetchBatchAsync` of the one range to `to` on the CUDA 13 build (a plain
+/// prefetch on the legacy default stream, which the batched call refuses);
 /// `cudaErrorNotSupported` on the CUDA 12 build, which has no such call.
 [[nodiscard]] cudaError_t discard_and_prefetch_async(void* ptr,
                                                      std::size_t bytes,
