@@ -193,9 +193,9 @@ imported_allocation::~imported_allocation()
 
 void imported_allocation::release(cudaStream_t stream)
 {
-  if (ptr_.load() == nullptr) { return; }
   // A second thread waits here (without the GIL: Python calls this in a blocking region) until
-  // the first has freed and waited, then finds nothing to free.
+  // the first has freed and waited, then finds nothing to free: it returns only once the free
+  // has run (ptr_ is cleared before the wait, so it is read under the lock only).
   std::lock_guard<std::mutex> const one_at_a_time{release_mutex_};
   void* const ptr = ptr_.load();
   if (ptr == nullptr) { return; }

@@ -312,8 +312,9 @@ void* pool_resource_base::allocate_sync(std::size_t bytes, std::size_t alignment
     status = cudaStreamSynchronize(cudaStreamPerThread);
   }
   if (status != cudaSuccess) {
-    // The caller never sees the block: it goes back (in the stream's order) before the throw.
-    deallocate(cuda::stream_ref{cudaStreamPerThread}, ptr, bytes, alignment);
+    // The caller never sees the block: it goes back (in the stream's order) before the throw,
+    // and a refusal of that free too (the context may be gone) is not a second error.
+    static_cast<void>(deallocate_checked(cuda::stream_ref{cudaStreamPerThread}, ptr, bytes));
     throw_cuda_error(status, "cudaStreamSynchronize after allocate_sync's allocation");
   }
   return ptr;

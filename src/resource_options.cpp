@@ -234,9 +234,14 @@ void apply_threshold_and_reserve(mem_pool& pool,
   try {
     auto const grown = reserve_in(pool, o.reserve, device);
     // The pool grows in chunks: a threshold the checks let through may still be below what
-    // it grew to, and then the synchronization gave part of the reservation back.
+    // it grew to, and then the synchronization gave part of the reservation back. Refused only
+    // when the synchronization trimmed the pool and what it kept unused is short of the
+    // reservation: a trim of memory the pool held before (a shared pool's old free blocks
+    // above a lower threshold) keeps the reservation whole, and another thread's use of it
+    // after the synchronization trims nothing.
     auto const kept = pool.get<pool_attribute::reserved_mem_current>();
-    if (kept < grown) {
+    auto const used = pool.get<pool_attribute::used_mem_current>();
+    if (kept < grown && (kept < used || kept - used < o.reserve)) {
       auto const limit = pool.get<pool_attribute::release_threshold>();
       throw std::invalid_argument{
         "asyncmr: reserve (" + std::to_string(o.reserve) + " bytes): the pool grew to " +

@@ -429,8 +429,11 @@ stream_cache::~stream_cache()
   // gone) frees nothing: the blocks stay allocated. Nothing is logged: RMM's logger may already
   // be gone.
   relaxed_capture_guard guard;
+  // The last owner may be any thread (the reclaimer's too): as in release(), the cache's
+  // device's context is current for every call here and, through ending_, for the members'
+  // destruction after it.
+  ending_.emplace(device_);
   if (cache_.held_blocks() != 0) {
-    active_context_scope context{device_};  // the last owner may be any thread: as release()
     static_cast<void>(cache_.detach_all());
     static_cast<void>(free_in_release_order(false));
   }

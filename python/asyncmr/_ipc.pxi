@@ -47,7 +47,7 @@ cdef class ImportedAllocation:
     """An allocation of another process, mapped into this one by
     :meth:`MemPool.import_pointer`. ``ptr`` is its address here, ``nbytes`` its size.
 
-    ``release(stream=None)`` frees the mapping (``cudaFreeAsync`` on ``stream``, then waits for
+    ``release(stream=DEFAULT_STREAM)`` frees the mapping (``cudaFreeAsync`` on ``stream``, then waits for
     it, so the exporter may free its allocation once every importer returned); a ``with`` block
     or the object's death releases it too. The imported pool lives at least as long.
     """
@@ -80,11 +80,11 @@ cdef class ImportedAllocation:
         A stream that is capturing is refused (:class:`UnsupportedError`) and nothing changes;
         if the driver refuses the free, :class:`CUDAError` is raised and the import stays live.
         """
-        if self.released:
+        if not self.c_import:
             return
         stream = as_stream(stream)
         cdef uintptr_t s = <uintptr_t>stream._cuda_stream
-        with nogil:
+        with nogil:  # idempotent there: a second caller returns once the first's free has run
             release_import(deref(self.c_import), s)
 
     def __enter__(self):

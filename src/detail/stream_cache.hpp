@@ -14,6 +14,8 @@
 #include <asyncmr/detail/pool_resource_base.hpp>
 #include <asyncmr/mem_pool.hpp>
 
+#include "device_sync.hpp"
+
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -81,6 +83,10 @@ class stream_cache final : public std::enable_shared_from_this<stream_cache> {
  private:
   cudaError_t free_in_release_order(bool wait_for_frees) noexcept;
 
+  // Made current by the destructor's body and declared first, so destroyed last: the members'
+  // destruction (the cache's markers, its streams, the pool) runs in the cache's device's
+  // context, whichever thread drops the last owner (the reclaimer's has none of its own).
+  std::optional<active_context_scope> ending_;
   mem_pool pool_;
   std::optional<int> device_;
   cache_streams streams_;
