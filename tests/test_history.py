@@ -529,6 +529,13 @@ def test_main_plots_a_saved_history_and_exits_0(tmp_path, capsys):
     assert capsys.readouterr().out == f"asyncmr plot: wrote {out} (2 lanes)\n"
 
 
+def test_main_exits_2_naming_a_file_of_no_histories(tmp_path, capsys):
+    path = tmp_path / "none.pickle"
+    hist.save_many(path, {})  # a cluster whose workers recorded nothing
+    assert hist.main([str(path), "-o", str(tmp_path / "t.png")]) == 2
+    assert capsys.readouterr().err == "asyncmr plot: no histories to plot\n"
+
+
 def test_main_exits_2_naming_a_file_that_is_not_a_history(tmp_path, capsys):
     path = tmp_path / "x.pickle"
     path.write_bytes(b"\x00garbage")

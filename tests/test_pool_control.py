@@ -225,6 +225,16 @@ def test_track_peak_per_phase(owned_device_pool):
     assert MiB <= small.used < 16 * MiB
 
 
+def test_a_peak_tracker_is_used_once_and_says_so(owned_device_pool):
+    mr = AsyncDeviceMR(pool=owned_device_pool)
+    tracker = mr.track_peak()
+    with tracker:
+        pass
+    with pytest.raises(RuntimeError, match="a peak tracker is used once"):
+        with tracker:
+            pass
+
+
 def test_reset_peak_on_resource(owned_device_pool):
     mr = AsyncDeviceMR(pool=owned_device_pool)
     p = mr.allocate(4 * MiB)

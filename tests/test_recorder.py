@@ -267,6 +267,51 @@ def test_allocations_racing_the_end_of_a_recording_never_fail(gpu):
     assert failures == []
 
 
+def test_reading_a_recording_while_threads_allocate_with_stacks_never_fails(gpu):
+    # The reader walks the allocations' stacks while other threads add to them.
+    import sys
+
+    mr = AsyncDeviceMR(pool="new", cache=64 * MiB)
+    stop = threading.Event()
+
+    def work():
+        s = Stream()
+        while not stop.is_set():
+            mr.deallocate(mr.allocate(4 * KiB, s), 4 * KiB, s)
+        s.synchronize()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # hand the GIL over often, as a busy process does
+    with mr.record_history(max_events=4096, stacks="python") as h:
+        workers = [threading.Thread(target=work) for _ in range(2)]
+        for t in workers:
+            t.start()
+        try:
+            for _ in range(300):
+                h.history()
+        finally:
+            stop.set()
+            for t in workers:
+                t.join()
+            sys.setswitchinterval(interval)
+
+
+def test_a_subclass_of_a_resource_records_as_the_kind_it_is(gpu):
+    # The kind comes from what the resource is, not from its class's name.
+    class Traced(AsyncDeviceMR):
+        pass
+
+    class PinnedStagingDeviceMR(AsyncDeviceMR):  # a name that says "pinned"
+        pass
+
+    for cls in (Traced, PinnedStagingDeviceMR):
+        mr = cls(pool="new")
+        with mr.record_history() as h:
+            mr.deallocate(mr.allocate(4 * KiB), 4 * KiB)
+        header = h.history().header
+        assert header["kind"] == "device" and header["device"] == 0, (cls.__name__, header)
+
+
 def test_recording_during_a_capture_keeps_it_valid(gpu):
     cupy = require_module("cupy")
     mr = AsyncDeviceMR(pool="new")
