@@ -185,6 +185,9 @@ class PeakTracker:
         self.reserved: int | None = None
 
     def __enter__(self) -> PeakTracker:
+        if self._pool is None:
+            raise RuntimeError("asyncmr: a peak tracker is used once; make another with "
+                               "mr.track_peak() for the next phase")
         self._pool.reset_peaks()
         if self._recorder is not None and self._recorder.recording:
             self._phase = self._recorder._open_phase(self.name)

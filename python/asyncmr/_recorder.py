@@ -24,11 +24,15 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _kind(mr: Any) -> str:
-    name = type(mr).__name__
-    for kind in ("pinned", "device", "managed"):
-        if kind in name.lower():
+    """What the resource hands out: what it is (a subclass too), not what its class is named."""
+    from asyncmr import AsyncDeviceMR, AsyncManagedMR, AsyncPinnedMR
+
+    for cls, kind in ((AsyncPinnedMR, "pinned"), (AsyncDeviceMR, "device"),
+                      (AsyncManagedMR, "managed")):
+        if isinstance(mr, cls):
             return kind
-    raise TypeError(f"asyncmr: record_history needs an asyncmr resource, got {name}")
+    raise TypeError(f"asyncmr: record_history needs an asyncmr resource, got "
+                    f"{type(mr).__name__}")
 
 
 def check_arguments(max_events: object, stacks: object) -> None:
@@ -137,7 +141,8 @@ class HistoryRecorder:
         if self._stacks == "python":
             # Each allocation's stack, matched in order per address.
             queues: dict[int, deque[list[dict[str, Any]]]] = defaultdict(deque)
-            for address, frames in self._frames:
+            # A copy, made at once under the GIL: other threads append as they allocate.
+            for address, frames in list(self._frames):
                 queues[address].append(frames)
             for e in events:
                 if e["action"] in ("alloc", "cache_hit") and queues.get(e["address"]):

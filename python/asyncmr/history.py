@@ -588,8 +588,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         out = plot(data, args.output, title=args.title)
-    except ImportError as e:
-        print(f"asyncmr plot: {e}", file=sys.stderr)
+    except (ImportError, ValueError) as e:  # no matplotlib; a file of no histories
+        print(f"asyncmr plot: {str(e).removeprefix('asyncmr: ')}", file=sys.stderr)
         return 2
     except OSError as e:
         print(f"asyncmr plot: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
