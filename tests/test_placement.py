@@ -112,6 +112,16 @@ def test_a_bad_target_is_refused_before_cuda():
         asyncmr.prefetch((4096, 16), to=-1)
     with pytest.raises(ValueError, match=r'to must be "device", a device ordinal, "host"'):
         asyncmr.advise((4096, 16), "set_preferred_location", to="gpu")
+    # A Location that is neither a device nor the host is named as the argument it came in.
+    for call in (lambda: asyncmr.prefetch((4096, 16), to=Location.none()),
+                 lambda: asyncmr.discard_and_prefetch((4096, 16), to=Location.none()),
+                 lambda: asyncmr.advise((4096, 16), "set_read_mostly", to=Location.none())):
+        with pytest.raises(ValueError, match=r"to must be a device or the host, got "
+                                             r"Location.none\(\)"):
+            call()
+    with pytest.raises(ValueError, match=r"prefetch must be a device or the host, got "
+                                         r"Location.none\(\)"):
+        asyncmr.AsyncManagedMR(prefetch=Location.none())
 
 
 @pytest.mark.parametrize("advice", ["prefer_gpu", "SetReadMostly", 2, None])

@@ -94,6 +94,8 @@ cdef location_t _prefetch_target(value, optional[int] device, name="prefetch") e
     :class:`Location`."""
     cdef location_t loc
     if isinstance(value, Location):
+        if not (value.kind == "device" or value.is_host):  # named as the argument it came in
+            raise ValueError(f"{name} must be a device or the host, got {value!r}")
         return to_location(value)
     if value == "device":
         loc.kind = LocationKind.device

@@ -218,7 +218,7 @@ CASES = [
     C("managed-prefetch-no-such-device", lambda c: AsyncManagedMR(prefetch=4096), ValueError,
       r"4096"),
     C("managed-prefetch-nowhere", lambda c: AsyncManagedMR(prefetch=Location.none()),
-      ValueError, r"prefetch must be a device or the host"),
+      ValueError, r"prefetch must be a device or the host, got Location.none\(\)", cpu=True),
     C("device-prefetch", lambda c: AsyncDeviceMR(prefetch="device"), TypeError,
       r"prefetch", cpu=True),
     C("managed-discard-int", lambda c: AsyncManagedMR(prefetch="device", discard=1), TypeError,
