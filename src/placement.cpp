@@ -23,14 +23,18 @@
 namespace asyncmr {
 namespace detail {
 
-void check_prefetch_target(location to)
+void check_target_kind(location to)
 {
-  if (to.kind == location_kind::device) {
-    require_device(to.id);
-  } else if (!to.is_host()) {
+  if (to.kind != location_kind::device && !to.is_host()) {
     throw std::invalid_argument{"asyncmr: prefetch must be a device or the host, got " +
                                 to.to_string()};
   }
+}
+
+void check_prefetch_target(location to)
+{
+  check_target_kind(to);
+  if (to.kind == location_kind::device) { require_device(to.id); }
 }
 
 cudaError_t prefetch_async(void const* ptr, std::size_t bytes, location to,
@@ -72,8 +76,10 @@ cudaError_t discard_and_prefetch_async(void* ptr, std::size_t bytes, location to
 
 namespace {
 
-// Everything is checked before the first call to the driver: the ranges, then that there is one.
-void check_ranges(std::span<memory_range const> ranges, char const* what)
+// Everything is checked before the first call to the driver: the ranges and the target's kind,
+// then that there is a driver, then the target device.
+void check_ranges(std::span<memory_range const> ranges, char const* what,
+                  location const* to = nullptr)
 {
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     if (ranges[i].ptr == nullptr && ranges[i].bytes != 0) {
@@ -82,7 +88,9 @@ void check_ranges(std::span<memory_range const> ranges, char const* what)
                                   std::to_string(ranges[i].bytes) + " bytes"};
     }
   }
+  if (to != nullptr) { detail::check_target_kind(*to); }
   static_cast<void>(require_cuda());  // no driver: say so, not "capturing"
+  if (to != nullptr) { detail::check_prefetch_target(*to); }
 }
 
 // The batched discards' own refusal, before any driver call, in words (the driver would say
@@ -99,9 +107,10 @@ void check_not_legacy(cudaStream_t stream, char const* what)
 }
 
 // As check_ranges, and the stream-ordered calls refuse a capturing stream.
-void check(std::span<memory_range const> ranges, cudaStream_t stream, char const* what)
+void check(std::span<memory_range const> ranges, cudaStream_t stream, char const* what,
+           location const* to = nullptr)
 {
-  check_ranges(ranges, what);
+  check_ranges(ranges, what, to);
   if (detail::stream_capturing(stream)) {
     throw unsupported_error{std::string{"asyncmr: "} + what +
                             " on a capturing stream: the driver would invalidate the capture "
@@ -187,8 +196,7 @@ void advise(std::span<memory_range const> ranges, memory_advice advice, location
     throw std::invalid_argument{"asyncmr: advise: unknown advice " +
                                 std::to_string(static_cast<int>(advice))};
   }
-  detail::check_prefetch_target(to);  // a device or the host, as for prefetch
-  check_ranges(ranges, "advise");     // not stream-ordered: no capture to refuse
+  check_ranges(ranges, "advise", &to);  // a device or the host, as for prefetch; no capture
   detail::relaxed_capture_guard guard;
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     if (ranges[i].bytes == 0) { continue; }
@@ -216,8 +224,7 @@ bool can_discard() noexcept { return CUDART_VERSION >= 13000; }
 
 void prefetch(std::span<memory_range const> ranges, location to, cuda::stream_ref stream)
 {
-  detail::check_prefetch_target(to);
-  check(ranges, stream.get(), "prefetch");
+  check(ranges, stream.get(), "prefetch", &to);
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     if (ranges[i].bytes == 0) { continue; }
     auto const status = detail::prefetch_async(ranges[i].ptr, ranges[i].bytes, to, stream.get());
@@ -247,8 +254,7 @@ void discard_and_prefetch(std::span<memory_range const> ranges,
                           cuda::stream_ref stream)
 {
   if (!can_discard()) { needs_cuda13("discard_and_prefetch"); }
-  detail::check_prefetch_target(to);
-  check(ranges, stream.get(), "discard_and_prefetch");
+  check(ranges, stream.get(), "discard_and_prefetch", &to);
   check_not_legacy(stream.get(), "discard_and_prefetch");
   batch b = non_empty(ranges);
   if (b.ptrs.empty()) { return; }

@@ -14,7 +14,10 @@
 
 namespace asyncmr::detail {
 
-/// Throws std::invalid_argument unless `to` is a visible device or the host.
+/// Throws std::invalid_argument unless `to` is a device or the host (no driver call).
+void check_target_kind(location to);
+
+/// As check_target_kind, and a device must be a visible one (asks the driver).
 void check_prefetch_target(location to);
 
 /// `cudaMemPrefetchAsync(ptr, bytes, to, 0, stream)` with this build's runtime's signature.

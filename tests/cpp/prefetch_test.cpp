@@ -159,6 +159,11 @@ TEST(AdviceTest, AnUnknownAdviceOrABadTargetIsRefusedBeforeTheDriver)
   std::vector<memory_range> const null_range{{nullptr, 16}};
   EXPECT_THROW(advise(null_range, memory_advice::set_read_mostly, location::host()),
                std::invalid_argument);
+  // A bad range is refused before a device target is looked up (a driver call).
+  EXPECT_THROW(advise(null_range, memory_advice::set_preferred_location, location::device(0)),
+               std::invalid_argument);
+  EXPECT_THROW(prefetch(null_range, location::device(0), cuda::stream_ref{cudaStreamPerThread}),
+               std::invalid_argument);
   EXPECT_STREQ(to_string(memory_advice::unset_accessed_by), "unset_accessed_by");
 }
 
