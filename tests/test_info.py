@@ -21,6 +21,11 @@ def _no_device_checks(proc, args):
         # A script gets a JSON document on stdout either way, saying why there is no more.
         doc = json.loads(proc.stdout)
         assert doc["usable"] is False and doc["devices"] == [] and doc["error"], doc
+        # The same keys as a usable machine's document, so one reader reads both.
+        assert doc["device_count"] == 0, doc
+        assert isinstance(doc["runtime_version"], str) and "." in doc["runtime_version"], doc
+        assert doc["driver_version"] is None or "." in doc["driver_version"], doc
+        assert "driver" not in doc and "runtime" not in doc, doc
     else:
         assert proc.stdout == "", describe(proc)
 
@@ -106,6 +111,7 @@ def test_json_matches_the_driver(gpu):
     proc = run_python(RUN_INFO, "--json", timeout=240)
     assert proc.returncode == 0, describe(proc)
     info = json.loads(proc.stdout)
+    assert info["usable"] is True
     driver = _driver()
     version = _ok(driver.cuDriverGetVersion())
     assert info["driver_version"] == f"{version // 1000}.{version % 1000 // 10}"

@@ -137,6 +137,7 @@ def collect() -> dict:
                               **_pool_state(pool)})
     return {
         "asyncmr": asyncmr.__version__,
+        "usable": True,
         "driver_version": _version(asyncmr.driver_version()),
         "runtime_version": _version(asyncmr.runtime_version()),
         "cuda_bindings": bindings_version,
@@ -219,9 +220,12 @@ def main(argv: list[str] | None = None) -> int:
     except asyncmr.NoDeviceError as e:
         if args.json:
             # A script reading stdout gets a document either way, saying why there is no more.
-            print(json.dumps({"asyncmr": asyncmr.__version__, "usable": False,
-                              "error": str(e), "driver": asyncmr.driver_version(),
-                              "runtime": asyncmr.runtime_version(), "devices": []}, indent=2))
+            # The usable document's keys (the driver's version null when there is no driver).
+            driver = asyncmr.driver_version()
+            print(json.dumps({"asyncmr": asyncmr.__version__, "usable": False, "error": str(e),
+                              "driver_version": _version(driver) if driver else None,
+                              "runtime_version": _version(asyncmr.runtime_version()),
+                              "device_count": 0, "devices": []}, indent=2))
         print(f"asyncmr info: no usable CUDA device: {e}", file=sys.stderr)
         return 1
     print(json.dumps(info, indent=2) if args.json else render(info))
