@@ -237,6 +237,24 @@ history_ring::~history_ring()
 bool history_ring::claim(history_cursor& c) noexcept
 {
   static_cast<void>(&reaper);  // this thread's chunks are let go when it ends
+  // The chunk let go part-filled last, where its claim stopped, if nobody took it since: its
+  // event numbers are that claim's own (its ticket's range), so they stay unique.
+  if (std::size_t const p = partial_.exchange(0, std::memory_order_acq_rel); p != 0) {
+    chunk_state& state = states_[p - 1];
+    if (!state.held.exchange(true, std::memory_order_acquire)) {
+      std::size_t const left = state.resume_left.load(std::memory_order_relaxed);
+      if (left != 0) {
+        state.resume_left.store(0, std::memory_order_relaxed);
+        c.next_event = state.resume_event.load(std::memory_order_relaxed);
+        c.next_slot  = &slots_[(p - 1) * chunk_ + (chunk_ - left)];
+        c.state      = &state;
+        c.left       = left;
+        state.first.store(c.next_event, std::memory_order_relaxed);
+        return true;
+      }
+      state.held.store(false, std::memory_order_release);  // filled since: claim afresh
+    }
+  }
   // A chunk a thread still holds (part-filled) is passed over; every chunk held: refused.
   for (std::size_t tries = 0; tries < chunks_; ++tries) {
     std::uint64_t const ticket = tickets_.fetch_add(1, std::memory_order_relaxed);
@@ -246,6 +264,7 @@ bool history_ring::claim(history_cursor& c) noexcept
       c.next_event = ticket * chunk_;
       c.state      = &states_[chunk];
       c.left       = chunk_;
+      c.state->resume_left.store(0, std::memory_order_relaxed);  // written afresh from slot 0
       c.state->first.store(c.next_event, std::memory_order_relaxed);
       // Ask for the chunk's lines for writing now: its events come between the resource's
       // driver calls, which push the ring's lines out of the near caches, and a store to a line
@@ -264,10 +283,18 @@ bool history_ring::claim(history_cursor& c) noexcept
 void history_ring::let_go(history_cursor& c) noexcept
 {
   if (c.ring_id != id_ || c.next_slot == nullptr) { return; }
-  std::uint64_t const n = chunk_ - c.left;  // events this claim wrote
-  c.state->written.store(c.state->written.load(std::memory_order_relaxed) + n,
-                         std::memory_order_relaxed);
-  c.state->held.store(false, std::memory_order_release);
+  chunk_state& state = *c.state;
+  // Events this claim wrote (a claim that went on in a part-filled chunk started past its 0).
+  std::uint64_t const n = c.next_event - state.first.load(std::memory_order_relaxed);
+  state.written.store(state.written.load(std::memory_order_relaxed) + n,
+                      std::memory_order_relaxed);
+  state.resume_event.store(c.next_event, std::memory_order_relaxed);
+  state.resume_left.store(c.left, std::memory_order_relaxed);
+  state.held.store(false, std::memory_order_release);
+  if (c.left != 0) {  // offered to the next claim (a full chunk has nothing to go on from)
+    partial_.store(static_cast<std::size_t>(&state - states_.get()) + 1,
+                   std::memory_order_release);
+  }
   c.next_slot = nullptr;
 }
 

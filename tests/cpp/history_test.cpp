@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -208,6 +209,85 @@ TEST(HistoryRing, ThreadsThatEndGiveTheirChunksBack)
   ASSERT_EQ(events.size(), 1024U);
   EXPECT_EQ(events.front().time_ns, 1000U) << "every chunk an ended thread held was reused";
   EXPECT_EQ(ring.dropped(), 200U);
+}
+
+// Many short-lived threads, each recording a couple of events (a thread pool's workers that come
+// and go): the ring keeps all of them while they fit, not one chunk's worth of slots per thread.
+TEST(HistoryRing, ShortLivedThreadsLoseNoEventsTheRingHasRoomFor)
+{
+  history_ring ring{65536};  // 4096 chunks of 16
+  for (std::uint64_t t = 0; t < 10000; ++t) {
+    std::thread{[&ring, t] {
+      ring.record(event(2 * t));
+      ring.record(event(2 * t + 1));
+    }}.join();
+  }
+  std::uint64_t dropped = 1;
+  auto const events     = ring.events(dropped);
+  EXPECT_EQ(ring.recorded(), 20000U);
+  EXPECT_EQ(events.size(), 20000U);
+  EXPECT_EQ(dropped, 0U);
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    ASSERT_EQ(events[i].time_ns, i) << "an event out of order, or a hole";
+  }
+}
+
+// Threads coming and going on several threads at once, while a reader reads: part-filled chunks
+// go from one claim to the next with every event whole and counted once.
+TEST(HistoryRing, ThreadsComingAndGoingAtOnceKeepEveryEventWholeAndCounted)
+{
+  history_ring ring{65536};
+  constexpr int spawners = 6;
+  constexpr std::uint64_t per_spawner = 400;  // threads, 3 events each
+  std::atomic<bool> done{false};
+  std::atomic<std::uint64_t> torn{0};
+  std::thread reader{[&] {
+    while (!done.load()) {
+      for (auto const& e : ring.events()) {
+        if (e.address != e.time_ns * 256 || e.bytes != e.time_ns || e.stream != 7) { ++torn; }
+      }
+    }
+  }};
+  std::vector<std::thread> spawning;
+  for (int s = 0; s < spawners; ++s) {
+    spawning.emplace_back([&ring, s] {
+      for (std::uint64_t t = 0; t < per_spawner; ++t) {
+        std::uint64_t const base = (s * per_spawner + t) * 3;
+        std::thread{[&ring, base] {
+          for (std::uint64_t i = 0; i < 3; ++i) { ring.record(event(base + i)); }
+        }}.join();
+      }
+    });
+  }
+  for (auto& t : spawning) { t.join(); }
+  done = true;
+  reader.join();
+  EXPECT_EQ(torn.load(), 0U);
+  std::uint64_t dropped = 1;
+  auto const events     = ring.events(dropped);
+  EXPECT_EQ(ring.recorded(), spawners * per_spawner * 3);
+  EXPECT_EQ(events.size() + dropped, spawners * per_spawner * 3);
+  std::set<std::uint64_t> seen;
+  for (auto const& e : events) { EXPECT_TRUE(seen.insert(e.time_ns).second) << "twice"; }
+}
+
+// One thread recording into more rings than it keeps places for, many events each (a process
+// recording every GPU's resource and a pinned one): every ring keeps all it has room for.
+TEST(HistoryRing, OneThreadRecordingIntoManyRingsLosesNoEventsTheyHaveRoomFor)
+{
+  constexpr int ring_count = 2 * static_cast<int>(history_cursor::table_size) + 1;
+  std::vector<std::unique_ptr<history_ring>> rings;
+  for (int r = 0; r < ring_count; ++r) { rings.push_back(std::make_unique<history_ring>(4096)); }
+  for (std::uint64_t i = 0; i < 1000; ++i) {
+    for (auto& ring : rings) { ring->record(event(i)); }
+  }
+  for (auto& ring : rings) {
+    std::uint64_t dropped = 1;
+    auto const events     = ring->events(dropped);
+    ASSERT_EQ(events.size(), 1000U);
+    EXPECT_EQ(dropped, 0U);
+    for (std::uint64_t i = 0; i < 1000; ++i) { ASSERT_EQ(events[i].time_ns, i); }
+  }
 }
 
 // One thread recording into more rings than it keeps places for (8), in turn: every ring gets

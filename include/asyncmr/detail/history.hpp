@@ -156,6 +156,11 @@ class history_ring {
     // Events written into this chunk by claims that let it go: added by the holder as it lets
     // go (the claim holding it now is counted from its slots), so an event touches no count.
     std::atomic<std::uint64_t> written{0};
+    // Where a claim let go part-filled stopped (its next event number and the slots left), for
+    // the next claim to go on from; 0 slots left: nothing to go on from. Read and written by
+    // the holder only.
+    std::atomic<std::uint64_t> resume_event{0};
+    std::atomic<std::size_t> resume_left{0};
   };
 
   bool claim(history_cursor& cursor) noexcept;
@@ -173,6 +178,9 @@ class history_ring {
   std::unique_ptr<chunk_state[]> states_;
   alignas(64) std::atomic<std::uint64_t> tickets_{0};
   std::atomic<std::uint64_t> refused_{0};  // events not written: no chunk was free
+  // The chunk let go part-filled last (its index + 1; 0: none): the next claim goes on in it,
+  // so threads that end or move to other rings leave no slots unused.
+  std::atomic<std::size_t> partial_{0};
 };
 
 // What a thread knows of one ring it records into: the chunk it holds and the next slot in it.
