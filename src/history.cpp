@@ -239,7 +239,10 @@ bool history_ring::claim(history_cursor& c) noexcept
   static_cast<void>(&reaper);  // this thread's chunks are let go when it ends
   // The chunk let go part-filled last, where its claim stopped, if nobody took it since: its
   // event numbers are that claim's own (its ticket's range), so they stay unique.
-  if (std::size_t const p = partial_.exchange(0, std::memory_order_acq_rel); p != 0) {
+  if (std::size_t const p = partial_.load(std::memory_order_relaxed) == 0
+                              ? 0
+                              : partial_.exchange(0, std::memory_order_acq_rel);
+      p != 0) {
     chunk_state& state = states_[p - 1];
     if (!state.held.exchange(true, std::memory_order_acquire)) {
       std::size_t const left = state.resume_left.load(std::memory_order_relaxed);
