@@ -28,6 +28,52 @@ history_event event(std::uint64_t n)
   return {n, n * 256, n, 7, 0, 0, 0, history_action::alloc};
 }
 
+// A reader copying the ring's events over and over while writers record, counting the torn ones
+// (every field of an event(n) derives from its time stamp n).
+class reader_during_writes {
+ public:
+  explicit reader_during_writes(history_ring const& ring)
+    : reader_{[this, &ring] {
+        while (!done_.load()) {
+          for (auto const& e : ring.events()) {
+            if (e.address != e.time_ns * 256 || e.bytes != e.time_ns || e.stream != 7) { ++torn_; }
+          }
+        }
+      }}
+  {
+  }
+  // Stops the reader; the torn events it saw.
+  std::uint64_t stop()
+  {
+    done_ = true;
+    reader_.join();
+    return torn_.load();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::atomic<std::uint64_t> torn_{0};
+  std::thread reader_;  // last: it starts once the counters exist
+};
+
+// `ring_count` rings of 4096 events, `per_ring` events recorded into each in turn by this thread:
+// each ring keeps them all, in order.
+void expect_rings_in_turn_keep_every_event(int ring_count, std::uint64_t per_ring)
+{
+  std::vector<std::unique_ptr<history_ring>> rings;
+  for (int r = 0; r < ring_count; ++r) { rings.push_back(std::make_unique<history_ring>(4096)); }
+  for (std::uint64_t i = 0; i < per_ring; ++i) {
+    for (auto& ring : rings) { ring->record(event(i)); }
+  }
+  for (auto& ring : rings) {
+    std::uint64_t dropped = 1;
+    auto const events     = ring->events(dropped);
+    ASSERT_EQ(events.size(), per_ring);
+    EXPECT_EQ(dropped, 0U);
+    for (std::uint64_t i = 0; i < per_ring; ++i) { ASSERT_EQ(events[i].time_ns, i); }
+  }
+}
+
 TEST(HistoryRing, RefusesNoEventsAndTooMany)
 {
   EXPECT_THROW(history_ring{0}, std::invalid_argument);
@@ -115,16 +161,7 @@ TEST(HistoryRing, ManyWritersAndAReaderSeeOnlyWholeEvents)
   history_ring ring{1024};
   constexpr int threads = 8;
   constexpr std::uint64_t per_thread = 20000;
-  std::atomic<bool> done{false};
-  std::atomic<std::uint64_t> torn{0};
-  std::thread reader{[&] {
-    while (!done.load()) {
-      for (auto const& e : ring.events()) {
-        // Every field of an event derives from its time stamp.
-        if (e.address != e.time_ns * 256 || e.bytes != e.time_ns || e.stream != 7) { ++torn; }
-      }
-    }
-  }};
+  reader_during_writes reader{ring};
   std::vector<std::thread> writers;
   for (int t = 0; t < threads; ++t) {
     writers.emplace_back([&ring, t] {
@@ -132,9 +169,7 @@ TEST(HistoryRing, ManyWritersAndAReaderSeeOnlyWholeEvents)
     });
   }
   for (auto& w : writers) { w.join(); }
-  done = true;
-  reader.join();
-  EXPECT_EQ(torn.load(), 0U);
+  EXPECT_EQ(reader.stop(), 0U);
   EXPECT_EQ(ring.recorded(), threads * per_thread);
   EXPECT_LE(ring.events().size(), 1024U);
 }
@@ -239,15 +274,7 @@ TEST(HistoryRing, ThreadsComingAndGoingAtOnceKeepEveryEventWholeAndCounted)
   history_ring ring{65536};
   constexpr int spawners = 6;
   constexpr std::uint64_t per_spawner = 400;  // threads, 3 events each
-  std::atomic<bool> done{false};
-  std::atomic<std::uint64_t> torn{0};
-  std::thread reader{[&] {
-    while (!done.load()) {
-      for (auto const& e : ring.events()) {
-        if (e.address != e.time_ns * 256 || e.bytes != e.time_ns || e.stream != 7) { ++torn; }
-      }
-    }
-  }};
+  reader_during_writes reader{ring};
   std::vector<std::thread> spawning;
   for (int s = 0; s < spawners; ++s) {
     spawning.emplace_back([&ring, s] {
@@ -260,9 +287,7 @@ TEST(HistoryRing, ThreadsComingAndGoingAtOnceKeepEveryEventWholeAndCounted)
     });
   }
   for (auto& t : spawning) { t.join(); }
-  done = true;
-  reader.join();
-  EXPECT_EQ(torn.load(), 0U);
+  EXPECT_EQ(reader.stop(), 0U);
   std::uint64_t dropped = 1;
   auto const events     = ring.events(dropped);
   EXPECT_EQ(ring.recorded(), spawners * per_spawner * 3);
@@ -275,37 +300,15 @@ TEST(HistoryRing, ThreadsComingAndGoingAtOnceKeepEveryEventWholeAndCounted)
 // recording every GPU's resource and a pinned one): every ring keeps all it has room for.
 TEST(HistoryRing, OneThreadRecordingIntoManyRingsLosesNoEventsTheyHaveRoomFor)
 {
-  constexpr int ring_count = 2 * static_cast<int>(history_cursor::table_size) + 1;
-  std::vector<std::unique_ptr<history_ring>> rings;
-  for (int r = 0; r < ring_count; ++r) { rings.push_back(std::make_unique<history_ring>(4096)); }
-  for (std::uint64_t i = 0; i < 1000; ++i) {
-    for (auto& ring : rings) { ring->record(event(i)); }
-  }
-  for (auto& ring : rings) {
-    std::uint64_t dropped = 1;
-    auto const events     = ring->events(dropped);
-    ASSERT_EQ(events.size(), 1000U);
-    EXPECT_EQ(dropped, 0U);
-    for (std::uint64_t i = 0; i < 1000; ++i) { ASSERT_EQ(events[i].time_ns, i); }
-  }
+  int const more_than_a_thread_keeps = 2 * static_cast<int>(history_cursor::table_size) + 1;
+  expect_rings_in_turn_keep_every_event(more_than_a_thread_keeps, 1000);
 }
 
 // One thread recording into more rings than it keeps places for (8), in turn: every ring gets
 // every event, and rings that come and go (at one address, often) start afresh.
 TEST(HistoryRing, OneThreadRecordsIntoManyRingsInTurn)
 {
-  std::vector<std::unique_ptr<history_ring>> rings;
-  for (int r = 0; r < 11; ++r) { rings.push_back(std::make_unique<history_ring>(4096)); }
-  for (std::uint64_t i = 0; i < 100; ++i) {
-    for (auto& ring : rings) { ring->record(event(i)); }
-  }
-  for (auto& ring : rings) {
-    std::uint64_t dropped = 1;
-    auto const events     = ring->events(dropped);
-    ASSERT_EQ(events.size(), 100U);
-    EXPECT_EQ(dropped, 0U);
-    for (std::uint64_t i = 0; i < 100; ++i) { EXPECT_EQ(events[i].time_ns, i); }
-  }
+  expect_rings_in_turn_keep_every_event(11, 100);
   for (int round = 0; round < 20; ++round) {
     history_ring ring{4096};
     ring.record(event(1));
