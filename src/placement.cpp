@@ -90,7 +90,7 @@ void check_ranges(std::span<memory_range const> ranges, char const* what,
   }
   if (to != nullptr) { detail::check_target_kind(*to); }
   static_cast<void>(require_cuda());  // no driver: say so, not "capturing"
-  if (to != nullptr) { detail::check_prefetch_target(*to); }
+  if (to != nullptr && to->kind == location_kind::device) { require_device(to->id); }
 }
 
 // The batched discards' own refusal, before any driver call, in words (the driver would say

@@ -242,11 +242,10 @@ void apply_threshold_and_reserve(mem_pool& pool,
     auto const kept = pool.get<pool_attribute::reserved_mem_current>();
     auto const used = pool.get<pool_attribute::used_mem_current>();
     if (kept < grown && (kept < used || kept - used < o.reserve)) {
-      auto const limit = pool.get<pool_attribute::release_threshold>();
       throw std::invalid_argument{
         "asyncmr: reserve (" + std::to_string(o.reserve) + " bytes): the pool grew to " +
         std::to_string(grown) + " bytes to hold it (it grows in whole chunks) and its release "
-        "threshold (" + std::to_string(limit) + " bytes) gave back " +
+        "threshold (" + std::to_string(threshold.value_or(before)) + " bytes) gave back " +
         std::to_string(grown - kept) + " of them at the next synchronization; pass a "
         "release_threshold of at least " + std::to_string(grown) + " bytes"};
     }

@@ -441,9 +441,9 @@ stream_cache::~stream_cache()
 
 cudaError_t stream_cache::free_in_release_order(bool wait_for_frees) noexcept
 {
-  // Callers hold a relaxed_capture_guard: none of this may refuse because of a capture
-  // elsewhere (a stream-ordered wait, free and synchronization, none on a capturing stream).
-  active_context_scope context{device_};
+  // Callers hold a relaxed_capture_guard (none of this may refuse because of a capture
+  // elsewhere: a stream-ordered wait, free and synchronization, none on a capturing stream) and
+  // have made the cache's device's context current (release, reclaim_stale, the destructor).
   std::uint64_t const proven = cache_.begin_proof();
   static_cast<void>(cache_.free_parked(proven, [this](stream_key, void* p, std::size_t) noexcept {
     clear_own_error(cudaFreeAsync(p, streams_.release));
