@@ -47,9 +47,10 @@ cdef class ImportedAllocation:
     """An allocation of another process, mapped into this one by
     :meth:`MemPool.import_pointer`. ``ptr`` is its address here, ``nbytes`` its size.
 
-    ``release(stream=DEFAULT_STREAM)`` frees the mapping (``cudaFreeAsync`` on ``stream``, then waits for
-    it, so the exporter may free its allocation once every importer returned); a ``with`` block
-    or the object's death releases it too. The imported pool lives at least as long.
+    ``release(stream=DEFAULT_STREAM)`` frees the mapping (``cudaFreeAsync`` on ``stream``, then
+    waits for it, so the exporter may free its allocation once every importer returned); a
+    ``with`` block or the object's death releases it too. The imported pool lives at least as
+    long.
     """
 
     cdef readonly MemPool pool
