@@ -671,3 +671,106 @@ def test_host_pool_allocation_inside_a_capture_is_refused_cleanly(gpu, make):
     graph.launch(s)
     s.synchronize()
     assert int(x[0].get()) == 1
+
+
+# ---- nested and concurrent peak trackers -------------------------------------------------------
+
+def _peak(mr, nbytes):
+    """Allocates and frees ``nbytes`` on ``mr``, and waits for the free: a peak made and undone."""
+    mr.deallocate(mr.allocate(nbytes), nbytes)
+    sync()
+
+
+def test_an_outer_peak_tracker_keeps_the_peak_it_saw_before_an_inner_one(owned_device_pool):
+    mr = AsyncDeviceMR(pool=owned_device_pool)
+    with mr.track_peak() as outer:
+        _peak(mr, 16 * MiB)
+        mr.trim_to()  # the reserve falls back too, so the inner reset lowers both marks
+        with mr.track_peak() as inner:
+            _peak(mr, MiB)
+    assert outer.used >= 16 * MiB and outer.reserved >= 16 * MiB  # 1 MiB before the registry
+    assert MiB <= inner.used < 16 * MiB
+    assert inner.reserved <= outer.reserved
+
+
+def test_a_peak_tracker_opened_on_another_thread_leaves_this_ones_peak(owned_device_pool):
+    mr = AsyncDeviceMR(pool=owned_device_pool)
+    freed, measured = threading.Event(), threading.Event()
+    peaks, errors = {}, []
+
+    def first():  # peaks at 16 MiB, then stays open across the second thread's whole tracker
+        try:
+            with mr.track_peak() as peak:
+                _peak(mr, 16 * MiB)
+                freed.set()
+                assert measured.wait(30), "the second tracker never finished"
+            peaks["first"] = peak.used
+        except BaseException as e:  # reported to the main thread
+            errors.append(e)
+            freed.set()
+
+    def second():  # opens its tracker after the first one's 16 MiB came and went
+        try:
+            assert freed.wait(30), "the first thread never freed its block"
+            with mr.track_peak() as peak:
+                _peak(mr, MiB)
+            peaks["second"] = peak.used
+        except BaseException as e:
+            errors.append(e)
+        finally:
+            measured.set()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert peaks["first"] >= 16 * MiB  # 1 MiB before the registry
+    assert MiB <= peaks["second"] < 16 * MiB
+
+
+def test_peak_trackers_on_two_mempool_objects_of_one_pool_see_each_others_resets(
+        owned_device_pool):
+    pool = owned_device_pool
+    mr = AsyncDeviceMR(pool=MemPool.from_handle(pool.handle))
+    assert mr.pool is not pool and mr.pool == pool  # another MemPool of the same driver pool
+    with pool.track_peak() as outer:
+        _peak(mr, 16 * MiB)
+        with mr.track_peak() as inner:  # resets the marks through the other MemPool
+            _peak(mr, MiB)
+    assert outer.used >= 16 * MiB
+    assert MiB <= inner.used < 16 * MiB
+
+
+def _reset_both_marks(mr):
+    mr.attributes.used_mem_high = 0
+    mr.attributes.reserved_mem_high = 0
+
+
+@pytest.mark.parametrize("reset", [lambda mr: mr.reset_peaks(), lambda mr: mr.pool.reset_peaks(),
+                                   _reset_both_marks],
+                         ids=["resource", "pool", "attributes"])
+def test_a_reset_inside_a_peak_tracker_leaves_its_peak(owned_device_pool, reset):
+    mr = AsyncDeviceMR(pool=owned_device_pool)
+    with mr.track_peak() as peak:
+        _peak(mr, 16 * MiB)
+        mr.trim_to()
+        reset(mr)
+        assert mr.attributes.used_mem_high < 16 * MiB  # the pool's marks were reset
+        assert mr.attributes.reserved_mem_high < 16 * MiB
+    assert peak.used >= 16 * MiB and peak.reserved >= 16 * MiB
+
+
+def test_a_peak_tracker_that_cannot_read_its_closed_pool_raises_and_leaves_the_registry(gpu):
+    from asyncmr import _attributes
+
+    pool = MemPool.create(Location.device(0), "device")
+    handle = pool.handle
+    tracker = pool.track_peak()
+    with pytest.raises(asyncmr.PoolClosedError):
+        with tracker:
+            assert tracker in _attributes._OPEN[handle]
+            pool.close()
+    assert tracker.used is None and tracker.reserved is None
+    assert handle not in _attributes._OPEN  # no later reset of a pool at this handle finds it
