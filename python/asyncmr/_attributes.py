@@ -7,6 +7,8 @@ same table (``ci/generate_stubs.py``) so editors see them, and a test fails if t
 from __future__ import annotations
 
 import contextlib
+import threading
+import weakref
 from typing import NamedTuple
 
 from asyncmr import _core, _validate
@@ -130,7 +132,7 @@ def _make_property(row: AttributeInfo) -> property:
                     f"pool attribute {row.name!r} is a high-water mark: it can only be reset, "
                     f"by setting 0 (got {value!r})"
                 )
-            self._pool._set_attribute(row.index, 0)
+            _reset_peaks(self._pool, (row,))  # open peak trackers keep what they saw
 
     else:
 
@@ -163,6 +165,45 @@ for _row in TABLE:
 del _row
 
 
+# ---- peaks ---------------------------------------------------------------------------------
+
+# The watermarks, from the table: the rows that can only be reset.
+_MARKS: tuple[AttributeInfo, ...] = tuple(row for row in TABLE if row.access == "reset_only")
+
+# The peak trackers open in this process, by pool handle: every MemPool object of one driver pool
+# finds the same ones. Weak, so a tracker entered and never left keeps neither itself nor its
+# pool alive. Under the lock, a reset with its folds, a tracker's entry (its reset and its
+# registration) and its exit (its last read and its leaving) are each one step, which no other
+# reset made through asyncmr falls inside.
+_OPEN_LOCK = threading.Lock()
+_OPEN: dict[int, weakref.WeakSet[PeakTracker]] = {}
+
+
+def _reset_marks_locked(pool, key: int, marks: tuple[AttributeInfo, ...]) -> None:
+    """Resets ``marks`` of ``pool`` (handle ``key``), each first read into every tracker open on
+    the pool, so an open tracker keeps the peak it saw. The caller holds ``_OPEN_LOCK``."""
+    trackers = list(_OPEN.get(key, ()))
+    if not trackers:
+        _OPEN.pop(key, None)  # an empty set: its trackers were collected without leaving
+    for row in marks:
+        # Read and reset one mark after the other: a peak made and undone by another thread
+        # between the two calls is what no tracker sees.
+        if trackers:
+            high = pool._get_attribute(row.index)
+            for tracker in trackers:
+                tracker._fold(row.name, high)
+        pool._set_attribute(row.index, 0)
+
+
+def _reset_peaks(pool, marks: tuple[AttributeInfo, ...] = _MARKS) -> None:
+    """Resets the watermarks ``marks`` of ``pool`` (a MemPool); every peak tracker open on the
+    same driver pool keeps what it measured up to the reset. ``MemPool.reset_peaks``,
+    ``mr.reset_peaks`` and setting a watermark to 0 all come here."""
+    key = pool.handle  # raises PoolClosedError for a closed pool
+    with _OPEN_LOCK:
+        _reset_marks_locked(pool, key, marks)
+
+
 class PeakTracker:
     """Measures one phase's high-water marks: ``with mr.track_peak() as peak: ...``; afterwards
     ``peak.used`` and ``peak.reserved`` are the phase's peaks in bytes.
@@ -171,33 +212,64 @@ class PeakTracker:
     (``mr.record_history()``) is also a phase of that recording: shaded in ``python -m asyncmr
     plot``, with its peaks (``used_high`` / ``reserved_high``) in the history's header.
 
-    A shared pool's peak counts every user of that pool in the process, not just this code.
+    Trackers may be nested and may run at once on several threads, on one pool or through
+    several MemPool objects of it: entering resets the pool's watermarks, but every reset made
+    through asyncmr (a tracker's entry, ``reset_peaks()``, a watermark set to 0) first hands the
+    marks to the trackers open on that pool, so each reports the peak of its own phase and an
+    outer phase's peak is at least an inner one's. Missed: a peak that another thread makes and
+    undoes between a mark's read and its reset (the next call to the driver), and resets made
+    outside asyncmr. A shared pool's peak counts every user of that pool in the process, not just
+    this code.
     """
 
-    __slots__ = ("_pool", "_recorder", "_phase", "name", "used", "reserved")
+    __slots__ = ("_pool", "_recorder", "_phase", "_key", "_highs", "name", "used", "reserved",
+                 "__weakref__")
 
     def __init__(self, pool, name: str | None = None, recorder=None):
         self.name = check_phase_name(name, allow_none=True)
         self._pool = pool
         self._recorder = recorder if name is not None else None
         self._phase = None
+        self._key: int | None = None  # the pool's handle, from its entry on
+        self._highs: dict[str, int] = {}  # the highest marks seen, by mark's name
         self.used: int | None = None
         self.reserved: int | None = None
 
+    def _fold(self, mark: str, high: int) -> None:
+        # Called with _OPEN_LOCK held.
+        self._highs[mark] = max(self._highs.get(mark, 0), high)
+
     def __enter__(self) -> PeakTracker:
-        if self._pool is None:
+        pool = self._pool
+        if pool is None or self._key is not None:
             raise RuntimeError("asyncmr: a peak tracker is used once; make another with "
                                "mr.track_peak() for the next phase")
-        self._pool.reset_peaks()
-        if self._recorder is not None and self._recorder.recording:
-            self._phase = self._recorder._open_phase(self.name)
+        key = pool.handle
+        with _OPEN_LOCK:
+            _reset_marks_locked(pool, key, _MARKS)
+            # Registered after its own reset, in the same step: it sees every later reset.
+            _OPEN.setdefault(key, weakref.WeakSet()).add(self)
+            self._key = key
+        try:
+            if self._recorder is not None and self._recorder.recording:
+                self._phase = self._recorder._open_phase(self.name)
+        except BaseException:
+            self._leave()
+            self._pool = self._recorder = None
+            raise
         return self
 
     def __exit__(self, *exc) -> bool:
         try:
-            attrs = self._pool.attributes
-            self.used = attrs.used_mem_high
-            self.reserved = attrs.reserved_mem_high
+            with _OPEN_LOCK:
+                try:
+                    for row in _MARKS:
+                        self._fold(row.name, self._pool._get_attribute(row.index))
+                    self.used = self._highs["used_mem_high"]
+                    self.reserved = self._highs["reserved_mem_high"]
+                finally:
+                    # Left even when the marks cannot be read: no later reset folds into it.
+                    self._leave_locked()
         finally:
             # The phase ends even when the peaks cannot be read (then without them).
             if self._phase is not None:
@@ -206,6 +278,19 @@ class PeakTracker:
             # The tracker no longer keeps the pool or the recording alive.
             self._pool = self._recorder = self._phase = None
         return False
+
+    def _leave(self) -> None:
+        with _OPEN_LOCK:
+            self._leave_locked()
+
+    def _leave_locked(self) -> None:
+        key = self._key
+        trackers = _OPEN.get(key) if key is not None else None
+        if key is None or trackers is None:
+            return  # not registered: never entered, or left already
+        trackers.discard(self)
+        if not trackers:
+            del _OPEN[key]
 
     def __repr__(self) -> str:
         named = f"name={self.name!r}, " if self.name is not None else ""

@@ -147,12 +147,16 @@ cdef class MemPool:
             pool.trim_to(keep)
 
     def reset_peaks(self):
-        """Reset both watermarks (``used_mem_high``, ``reserved_mem_high``)."""
-        self.get().reset_peaks()
+        """Reset both watermarks (``used_mem_high``, ``reserved_mem_high``). The peak trackers
+        open on this pool keep the peaks they saw up to the reset (see :class:`PeakTracker`)."""
+        from asyncmr._attributes import _reset_peaks
+
+        _reset_peaks(self)
 
     def track_peak(self, name=None):
         """``with pool.track_peak() as peak:`` measures one phase's peaks (bytes); ``name``
-        names it (a resource's ``track_peak`` also marks it in that resource's recording)."""
+        names it (a resource's ``track_peak`` also marks it in that resource's recording).
+        Trackers may be nested or open at once on several threads (see :class:`PeakTracker`)."""
         from asyncmr._attributes import PeakTracker
 
         return PeakTracker(self, name)

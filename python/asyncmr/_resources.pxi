@@ -298,7 +298,7 @@ cdef class _PoolResource(DeviceMemoryResource):
         return out, dropped
 
     def reset_peaks(self):
-        """Reset the pool's used and reserved watermarks."""
+        """Reset the pool's used and reserved watermarks; open peak trackers keep what they saw."""
         self.pool.reset_peaks()
 
     def track_peak(self, name=None):
@@ -306,6 +306,7 @@ cdef class _PoolResource(DeviceMemoryResource):
 
         ``name`` names the phase; a named tracker made while this resource records its history
         (``record_history``) is a phase of that recording too, with its peaks: shaded in ``plot``.
+        Trackers may be nested or open at once on several threads (see :class:`PeakTracker`).
         A shared pool's peak counts every user of that pool in the process.
         """
         from asyncmr._attributes import PeakTracker
