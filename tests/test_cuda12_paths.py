@@ -85,3 +85,25 @@ def test_host_pools_need_a_12_6_driver(gpu):
         sync()
     finally:
         _core._set_testing_driver_version(0)
+
+
+def test_placement_needs_a_12_2_driver(gpu):
+    # The CUDA 12 build's prefetch and advice are cudaMemPrefetchAsync_v2 and cudaMemAdvise_v2,
+    # CUDA 12.2 driver functions: on a 12.0 or 12.1 driver they are refused naming 12.2 before
+    # the call, not with the runtime's generic error.
+    if asyncmr.runtime_version() >= 13000:
+        not_applicable("the CUDA 12 build's paths")
+    cupy = require_module("cupy")
+    managed = cupy.cuda.malloc_managed(MiB)  # cudaMallocManaged: any driver has it
+    _core._set_testing_driver_version(12010)
+    try:
+        for call in (lambda: asyncmr.prefetch((managed.ptr, MiB), "device"),
+                     lambda: asyncmr.advise((managed.ptr, MiB), "set_read_mostly")):
+            with pytest.raises(asyncmr.UnsupportedError,
+                               match=r"needs a CUDA 12\.2 or newer driver.*this driver is 12\.1"):
+                call()
+    finally:
+        _core._set_testing_driver_version(0)
+    asyncmr.prefetch((managed.ptr, MiB), "device")  # the real driver has them
+    asyncmr.advise((managed.ptr, MiB), "set_read_mostly")
+    sync()
