@@ -3,8 +3,13 @@
  */
 #include <asyncmr/location.hpp>
 
+#include <fstream>
 #include <stdexcept>
 #include <string>
+
+#if defined(__linux__)
+#include <sys/stat.h>
+#endif
 
 namespace asyncmr {
 
@@ -81,6 +86,30 @@ cudaMemAllocationType to_cuda(allocation_type type)
   throw std::invalid_argument{"asyncmr: unknown allocation type"};
 }
 
+void check_host_numa_node(int node, char const* what)
+{
+  if (node < 0) {
+    throw std::invalid_argument{std::string{"asyncmr: "} + what + ": NUMA node must be >= 0, got " +
+                                std::to_string(node)};
+  }
+#if defined(__linux__)
+  constexpr char const* nodes = "/sys/devices/system/node";
+  struct stat st {};
+  bool const listed = ::stat(nodes, &st) == 0;
+  std::string const path = std::string{nodes} + "/node" + std::to_string(node);
+  if (listed ? ::stat(path.c_str(), &st) == 0 : node == 0) { return; }
+  std::string online = "0";
+  if (listed) {
+    std::ifstream in{std::string{nodes} + "/online"};
+    if (!(in >> online)) { online = "unknown"; }
+  }
+  throw std::invalid_argument{std::string{"asyncmr: "} + what + ": the host has no NUMA node " +
+                              std::to_string(node) + " (its nodes: " + online + ")"};
+#else
+  static_cast<void>(what);
+#endif
+}
+
 void validate_combination(location const& loc, allocation_type type, bool for_create)
 {
   auto refuse = [&](char const* why) {
@@ -108,6 +137,10 @@ void validate_combination(location const& loc, allocation_type type, bool for_cr
         refuse("managed pools are located on a device, the host, or nowhere (Location.none())");
       }
       break;
+  }
+  if (loc.kind == location_kind::host_numa) {
+    check_host_numa_node(loc.id, (std::string{to_string(type)} + " memory at " +
+                                  loc.to_string()).c_str());
   }
   if (for_create && loc.kind == location_kind::host_numa_current) {
     refuse("cudaMemPoolCreate does not accept host_numa_current; name the node with "

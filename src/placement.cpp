@@ -29,11 +29,32 @@ void check_target_kind(location to)
     throw std::invalid_argument{"asyncmr: prefetch must be a device or the host, got " +
                                 to.to_string()};
   }
+  if (to.kind == location_kind::host_numa) {
+    check_host_numa_node(to.id, ("a prefetch to " + to.to_string()).c_str());
+  }
+}
+
+void require_placement_driver(char const* what)
+{
+#if CUDART_VERSION < 13000
+  // The CUDA 12 build calls cudaMemPrefetchAsync_v2 and cudaMemAdvise_v2 (they take a
+  // cudaMemLocation), which a 12.0 or 12.1 driver does not have: say so, not a generic error.
+  int const driver = versions().driver;
+  if (driver != 0 && driver < placement_driver) {
+    throw unsupported_error{std::string{"asyncmr: "} + what +
+                            " needs a CUDA 12.2 or newer driver (cudaMemPrefetchAsync_v2 and "
+                            "cudaMemAdvise_v2 take a location); this driver is " +
+                            version_string(driver)};
+  }
+#else
+  static_cast<void>(what);  // the CUDA 13 build refuses a driver older than 13.0 (require_cuda)
+#endif
 }
 
 void check_prefetch_target(location to)
 {
   check_target_kind(to);
+  require_placement_driver("prefetch");
   if (to.kind == location_kind::device) { require_device(to.id); }
 }
 
@@ -90,6 +111,7 @@ void check_ranges(std::span<memory_range const> ranges, char const* what,
   }
   if (to != nullptr) { detail::check_target_kind(*to); }
   static_cast<void>(require_cuda());  // no driver: say so, not "capturing"
+  detail::require_placement_driver(what);
   if (to != nullptr && to->kind == location_kind::device) { require_device(to->id); }
 }
 
@@ -118,10 +140,20 @@ void check(std::span<memory_range const> ranges, cudaStream_t stream, char const
   }
 }
 
-[[noreturn]] void refused(char const* what, std::string const& range, cudaError_t status)
+[[noreturn]] void refused(char const* what, std::string const& range, cudaError_t status,
+                          location const* to = nullptr)
 {
   detail::clear_own_error(status);
-  if (status == cudaErrorInvalidValue || status == cudaErrorInvalidDevice) {
+  if (status == cudaErrorInvalidDevice) {
+    // The range is not at fault: the target cannot take it (cudaMemPrefetchAsync: a device
+    // without concurrent managed access).
+    throw std::invalid_argument{std::string{"asyncmr: "} + what + " refused " + range +
+                                ": the driver refused the target" +
+                                (to != nullptr ? " " + to->to_string() : std::string{}) +
+                                " (cudaErrorInvalidDevice: a device without concurrent managed "
+                                "access cannot be one)"};
+  }
+  if (status == cudaErrorInvalidValue) {
     throw std::invalid_argument{std::string{"asyncmr: "} + what + " refused " + range +
                                 ": not managed memory, or a range the driver does not know (" +
                                 cudaGetErrorName(status) + ")"};
@@ -216,7 +248,7 @@ void advise(std::span<memory_range const> ranges, memory_advice advice, location
         "allocations every kind is refused, docs/DRIVER_FACTS.md). For a managed pool use its "
         "location (AsyncManagedMR(location=...)), set_access, or prefetch"};
     }
-    refused((std::string{"advise("} + kind->name + ")").c_str(), range, status);
+    refused((std::string{"advise("} + kind->name + ")").c_str(), range, status, &to);
   }
 }
 
@@ -230,7 +262,7 @@ void prefetch(std::span<memory_range const> ranges, location to, cuda::stream_re
     auto const status = detail::prefetch_async(ranges[i].ptr, ranges[i].bytes, to, stream.get());
     if (status != cudaSuccess) {
       refused("prefetch", "range " + std::to_string(i) + " (" + std::to_string(ranges[i].bytes) +
-                            " bytes)", status);
+                            " bytes)", status, &to);
     }
   }
 }
@@ -264,7 +296,7 @@ void discard_and_prefetch(std::span<memory_range const> ranges,
   auto const status = cudaMemDiscardAndPrefetchBatchAsync(b.ptrs.data(), b.sizes.data(),
                                                           b.ptrs.size(), &where, &first, 1, 0,
                                                           stream.get());
-  if (status != cudaSuccess) { refused("discard_and_prefetch", batch_name(b), status); }
+  if (status != cudaSuccess) { refused("discard_and_prefetch", batch_name(b), status, &to); }
 #else
   static_cast<void>(to);
 #endif

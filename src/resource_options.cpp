@@ -92,6 +92,7 @@ void check_options(allocation_type type, resource_options const& o)
     throw std::invalid_argument{"asyncmr: numa_node must be >= 0, got " +
                                 std::to_string(*o.numa_node)};
   }
+  if (o.numa_node) { detail::check_host_numa_node(*o.numa_node, "numa_node"); }
   if (o.accessible_from) {
     for (int const d : *o.accessible_from) { require_device(d); }
   }

@@ -96,6 +96,15 @@ namespace detail {
  * combinations only pool creation refuses (host_numa_current).
  */
 void validate_combination(location const& loc, allocation_type type, bool for_create);
+
+/**
+ * @brief Throws `std::invalid_argument` naming `what` and the host's nodes unless the host has
+ * NUMA node `node`, as Linux lists them (/sys/devices/system/node/node<N>; a kernel without NUMA
+ * support lists none and has node 0 only). No driver call: the driver would refuse a node the
+ * host lacks with cudaErrorInvalidValue, which says nothing of the node. Elsewhere than Linux
+ * every node >= 0 passes, for the driver to judge.
+ */
+void check_host_numa_node(int node, char const* what);
 }  // namespace detail
 
 }  // namespace asyncmr

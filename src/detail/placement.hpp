@@ -14,11 +14,21 @@
 
 namespace asyncmr::detail {
 
-/// Throws std::invalid_argument unless `to` is a device or the host (no driver call).
+/// Throws std::invalid_argument unless `to` is a device or the host, and a NUMA node the host
+/// has (no driver call).
 void check_target_kind(location to);
 
-/// As check_target_kind, and a device must be a visible one (asks the driver).
+/// As check_target_kind, and a device must be a visible one (asks the driver), and the driver
+/// must have the placement calls (require_placement_driver).
 void check_prefetch_target(location to);
+
+/// The CUDA 12 build's placement calls (cudaMemPrefetchAsync_v2, cudaMemAdvise_v2) are CUDA 12.2
+/// driver functions.
+inline constexpr int placement_driver = 12020;
+
+/// Throws unsupported_error naming `what` and 12.2 when the CUDA 12 build runs on an older driver
+/// (none on the CUDA 13 build, whose driver require_cuda checks; nothing without a driver).
+void require_placement_driver(char const* what);
 
 /// `cudaMemPrefetchAsync(ptr, bytes, to, 0, stream)` with this build's runtime's signature.
 [[nodiscard]] cudaError_t prefetch_async(void const* ptr,
