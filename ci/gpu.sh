@@ -24,9 +24,10 @@
 #   tsan      the C++ suite built with ThreadSanitizer (-DASYNCMR_SANITIZE=thread) and run
 #   sanitizer memcheck and tsan
 #   cu12      asyncmr-cu12 built from source into its own site (/tmp/site12, never mixed with
-#             the CUDA 13 one), checked as in build, then the whole Python suite and the C++
-#             suite against it (CuPy: the host's cupy-cuda13x, which talks to the same driver);
-#             like pytest, it needs cpp for the benchmark programs' tests
+#             the CUDA 13 one), checked as in build, then the whole Python suite (CU12_TESTS:
+#             some test paths instead) and the C++ suite (CU12_CPP=0: not) against it (CuPy:
+#             the host's cupy-cuda13x, which talks to the same driver); like pytest, the whole
+#             suite needs cpp for the benchmark programs' tests
 #   cache     the stress, capture and lifetime suites and the front-cache tests again, with every
 #             resource they make behind a 64 MiB front cache (ASYNCMR_TEST_CACHE)
 #   cachecheck compute-sanitizer memcheck over that same run
@@ -362,9 +363,12 @@ if has cu12; then
     check_variant cu12 12 "$site12"
     # No cuDF in the CUDA 12 site (the cudf stage carries cuDF's CUDA 13 wheels), so its cuDF
     # tests do not apply there: the cudf stage's ASYNCMR_REQUIRE_CUDF is for the CUDA 13 site.
-    run cu12-pytest env -u ASYNCMR_REQUIRE_CUDF PYTHONPATH="$site12" python3 -m pytest tests -q \
-      -rs -p no:cacheprovider
-    cpp_suite cu12-cpp build/cpp12 "$site12" -DCMAKE_BUILD_TYPE=Release
+    # CU12_TESTS (default: the whole suite) narrows the run to some test paths; CU12_CPP=0
+    # leaves the C++ suite out (for a round that checks a few tests within a host's time limit).
+    # shellcheck disable=SC2086
+    run cu12-pytest env -u ASYNCMR_REQUIRE_CUDF PYTHONPATH="$site12" python3 -m pytest \
+      ${CU12_TESTS:-tests} -q -rs -p no:cacheprovider
+    [ "${CU12_CPP:-1}" = 0 ] || cpp_suite cu12-cpp build/cpp12 "$site12" -DCMAKE_BUILD_TYPE=Release
     if has bench; then
       # The pair costs of the CUDA 12 build (created pinned pool vs the default one), beside
       # the CUDA 13 build's (BENCH12_ARGS, default the quick section 1).
