@@ -214,6 +214,33 @@ def test_one_worker(cuda_cluster):
     run_and_check(client, 1)
 
 
+def test_nested_phases_each_keep_their_own_peak(cuda_cluster):
+    # The inner phase's start resets the workers' marks; the outer phase still reports the
+    # 16 MiB it peaked at before (a worker-side peak tracker per phase).
+    client = cuda_cluster(1)
+    client.register_plugin(amd.AsyncMRPlugin("device", pool="new"))
+
+    def peak(nbytes, dask_worker):  # a block made and freed on the worker
+        import cupy
+
+        mr = amd.worker_resource(dask_worker)
+        mr.deallocate(mr.allocate(nbytes), nbytes)
+        cupy.cuda.Device().synchronize()
+        mr.trim_to()  # the reserve falls back too, so the inner reset lowers both marks
+
+    with amd.track_peaks(client) as outer:
+        client.run(peak, 16 << 20)
+        with amd.track_peaks(client) as inner:
+            client.run(peak, 1 << 20)
+    (used_outer, reserved_outer), = outer.by_worker.values()
+    (used_inner, reserved_inner), = inner.by_worker.values()
+    assert used_outer >= 16 << 20 and reserved_outer >= 16 << 20, outer.by_worker  # 1 MiB before
+    assert (1 << 20) <= used_inner < 16 << 20, inner.by_worker
+    assert rows(outer.table)[0]["used_mem_high"] == used_outer
+    # Both phases ended: nothing is left open on the worker.
+    assert client.run(lambda dask_worker: len(amd._PHASES)) == {a: 0 for a in outer.by_worker}
+
+
 def test_a_clusters_histories_are_gathered_into_one_file(cuda_cluster, tmp_path):
     from asyncmr.history import load_many
 
