@@ -42,6 +42,7 @@ Importing this module imports ``distributed``; ``import asyncmr`` does not.
 from __future__ import annotations
 
 import os
+import uuid
 
 try:
     from distributed import WorkerPlugin
@@ -301,6 +302,27 @@ def _reset_on_worker(name, dask_worker):
     attributes.reserved_mem_high = 0
 
 
+# The peak phases open in this worker process, by (worker address, plugin name, phase id): each a
+# PeakTracker, so phases nested or running at once each keep their own peak.
+_PHASES: dict = {}
+
+
+def _open_phase_on_worker(name, phase, dask_worker):
+    tracker = worker_resource(dask_worker, name).track_peak()
+    tracker.__enter__()
+    _PHASES[(dask_worker.address, name, phase)] = tracker
+    return dask_worker.address
+
+
+def _close_phase_on_worker(name, phase, dask_worker):
+    tracker = _PHASES.pop((dask_worker.address, name, phase), None)
+    if tracker is None:
+        raise LookupError(f"asyncmr: worker {dask_worker.address} has no open phase {phase!r}")
+    tracker.__exit__(None, None, None)
+    return {"worker": dask_worker.address, **_device_facts(),
+            "used_mem_high": tracker.used, "reserved_mem_high": tracker.reserved}
+
+
 def _peaks_on_worker(name, dask_worker):
     attributes = worker_resource(dask_worker, name).attributes
     return {"worker": dask_worker.address, **_device_facts(),
@@ -393,19 +415,40 @@ def peaks(client, *, name: str = DEFAULT_NAME, workers=None):
 class PhasePeaks:
     """``with track_peaks(client) as phase: ...``; afterwards ``phase.table`` holds each
     worker's peaks of the phase (see :func:`peaks`) and ``phase.by_worker`` maps a worker's
-    address to ``(used_mem_high, reserved_mem_high)``."""
+    address to ``(used_mem_high, reserved_mem_high)``.
+
+    Each worker holds a peak tracker for the phase (``mr.track_peak()``), so phases may be
+    nested or run at once from several clients: each reports its own peak, an outer one at least
+    an inner one's (see :class:`asyncmr.PeakTracker`)."""
 
     def __init__(self, client, name: str = DEFAULT_NAME, workers=None):
         self._client, self._name, self._workers = client, name, workers
+        self._phase = uuid.uuid4().hex
+        self._open: list[str] = []
         self.table = None
         self.by_worker: dict[str, tuple[int, int]] = {}
 
     def __enter__(self):
-        reset_peaks(self._client, name=self._name, workers=self._workers)
+        if self._open or self.table is not None:
+            raise RuntimeError("asyncmr: a phase is used once; make another with "
+                               "track_peaks(client)")
+        got = self._client.run(_open_phase_on_worker, self._name, self._phase,
+                               workers=self._workers, on_error="return")
+        self._open = [a for a, r in got.items() if not isinstance(r, BaseException)]
+        errors = [r for r in got.values() if isinstance(r, BaseException)]
+        if errors:
+            # The workers that did open the phase close it again, so nothing is left open.
+            if self._open:
+                self._client.run(_close_phase_on_worker, self._name, self._phase,
+                                 workers=self._open)
+            self._open = []
+            raise errors[0]
         return self
 
     def __exit__(self, *exc):
-        rows = _run(self._client, _peaks_on_worker, self._name, workers=self._workers)
+        opened, self._open = self._open, []
+        rows = _run(self._client, _close_phase_on_worker, self._name, self._phase,
+                    workers=opened)
         self.by_worker = {r["worker"]: (r["used_mem_high"], r["reserved_mem_high"])
                           for r in rows}
         self.table = _table(rows)
@@ -413,8 +456,8 @@ class PhasePeaks:
 
 
 def track_peaks(client, *, name: str = DEFAULT_NAME, workers=None) -> PhasePeaks:
-    """Per-phase peaks across workers: resets every worker's marks on entry and reads them on
-    exit (see :class:`PhasePeaks`)."""
+    """Per-phase peaks across workers: a peak tracker on every worker for the ``with`` block
+    (see :class:`PhasePeaks`); phases may be nested."""
     return PhasePeaks(client, name, workers)
 
 
