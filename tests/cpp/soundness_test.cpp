@@ -210,6 +210,86 @@ TEST_F(SoundnessTest, DroppingACachedResourceLeavesACaptureValid)
   release_during_capture(cudaStreamCaptureModeThreadLocal, release_action::drop);
 }
 
+// ---- allocate_sync and captures ---------------------------------------------------------------------
+
+// allocate_sync allocates on the calling thread's per-thread stream and waits for it. On a thread
+// that captures that stream the wait cannot be (the driver refuses it and invalidates the
+// capture): it is refused before anything is allocated, and the capture stays valid.
+TEST_F(SoundnessTest, AllocateSyncOnAThreadCapturingItsStreamIsRefusedAndLeavesTheCaptureValid)
+{
+  async_device_memory_resource mr{device_resource_options{.source = pool_source::new_pool}};
+  device_scratch scratch{4096};
+  ASSERT_EQ(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal),
+            cudaSuccess);
+  static_cast<void>(cudaMemsetAsync(scratch.get(), 1, 4096, cudaStreamPerThread));
+  bool refused = false;
+  try {
+    void* p = mr.allocate_sync(4096);
+    mr.deallocate_sync(p, 4096);
+  } catch (unsupported_error const& e) {
+    refused = std::string{e.what()}.find("capturing") != std::string::npos;
+  } catch (std::exception const& e) {
+    ADD_FAILURE() << "allocate_sync threw something else: " << e.what();
+  }
+  cudaGraph_t graph = nullptr;
+  cudaError_t const end = cudaStreamEndCapture(cudaStreamPerThread, &graph);
+  EXPECT_TRUE(refused) << "allocate_sync was not refused, naming the capture";
+  EXPECT_EQ(end, cudaSuccess) << "the capture was broken: " << cudaGetErrorName(end);
+  if (graph != nullptr) { EXPECT_EQ(instantiate_and_run(graph, cudaStreamPerThread), cudaSuccess); }
+  static_cast<void>(cudaGetLastError());
+  EXPECT_EQ(cudaStreamSynchronize(cudaStreamPerThread), cudaSuccess);
+  EXPECT_EQ(mr.pool().get_attribute(pool_attribute::used_mem_current), 0U)
+    << "the refused allocate_sync left a block allocated";
+}
+
+// Another thread's capture, in any mode, is not this thread's: allocate_sync serves it and leaves
+// that capture valid.
+void allocate_sync_beside_a_capture(cudaStreamCaptureMode mode)
+{
+  async_device_memory_resource mr{device_resource_options{.source = pool_source::new_pool}};
+  device_scratch scratch{4096};
+  cudaStream_t captured = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&captured, cudaStreamNonBlocking), cudaSuccess);
+  std::atomic<int> phase{0};  // 1: capturing, 2: allocated
+  cudaError_t begin = cudaSuccess, end = cudaSuccess;
+  cudaGraph_t graph = nullptr;
+  std::thread capturer{[&] {
+    begin = cudaStreamBeginCapture(captured, mode);
+    static_cast<void>(cudaMemsetAsync(scratch.get(), 1, 4096, captured));
+    phase = 1;
+    while (phase.load() != 2) { std::this_thread::yield(); }
+    end = cudaStreamEndCapture(captured, &graph);
+  }};
+  while (phase.load() != 1) { std::this_thread::yield(); }
+  void* p = nullptr;
+  std::string error;
+  try {
+    p = mr.allocate_sync(4096);
+  } catch (std::exception const& e) {
+    error = e.what();
+  }
+  phase = 2;
+  capturer.join();
+  ASSERT_EQ(begin, cudaSuccess);
+  EXPECT_EQ(end, cudaSuccess) << "the other thread's capture was broken: " << cudaGetErrorName(end);
+  EXPECT_NE(p, nullptr) << "allocate_sync refused while another thread captured: " << error;
+  if (graph != nullptr) { EXPECT_EQ(instantiate_and_run(graph, captured), cudaSuccess); }
+  static_cast<void>(cudaGetLastError());
+  if (p != nullptr) { mr.deallocate_sync(p, 4096); }
+  EXPECT_EQ(cudaStreamSynchronize(cudaStreamPerThread), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(captured), cudaSuccess);
+}
+
+TEST_F(SoundnessTest, AllocateSyncLeavesAnotherThreadsGlobalCaptureValid)
+{
+  allocate_sync_beside_a_capture(cudaStreamCaptureModeGlobal);
+}
+
+TEST_F(SoundnessTest, AllocateSyncLeavesAnotherThreadsThreadLocalCaptureValid)
+{
+  allocate_sync_beside_a_capture(cudaStreamCaptureModeThreadLocal);
+}
+
 // ---- close(): a pool goes once its queued frees have run, not before ------------------------------
 
 // A host function that sleeps holds the stream back: frees queued behind it have not run yet.
