@@ -12,6 +12,7 @@
 #include "detail/stream_cache.hpp"
 
 #include <asyncmr/detail/blocking.hpp>
+#include <asyncmr/detail/capture_mode.hpp>
 
 #include <rmm/logger.hpp>
 
@@ -305,9 +306,20 @@ void pool_resource_base::deallocate(cuda::stream_ref stream,
 
 void* pool_resource_base::allocate_sync(std::size_t bytes, std::size_t alignment)
 {
+  // The wait below cannot be made on a stream this thread captures (the driver refuses it and
+  // invalidates the capture): refused before anything is allocated.
+  if (stream_capturing(cudaStreamPerThread)) {
+    throw unsupported_error{
+      "asyncmr: allocate_sync on a thread that captures its per-thread default stream: waiting "
+      "for the allocation would invalidate the capture; allocate on the capturing stream "
+      "(allocate(stream, bytes)) instead"};
+  }
   void* ptr = allocate(cuda::stream_ref{cudaStreamPerThread}, bytes, alignment);
   cudaError_t status{};
   {
+    // Relaxed: another capture (this thread's of another stream, or any thread's in global mode)
+    // would otherwise refuse the wait and be invalidated by it.
+    relaxed_capture_guard guard;
     blocking_region wait;
     status = cudaStreamSynchronize(cudaStreamPerThread);
   }
