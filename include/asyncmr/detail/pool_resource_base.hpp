@@ -128,7 +128,12 @@ class pool_resource_base {
   [[nodiscard]] free_result deallocate_checked(cuda::stream_ref stream,
                                                void* ptr,
                                                std::size_t bytes) noexcept;
-  /// @brief Allocates and waits until the memory is usable from the host and any stream.
+  /**
+   * @brief Allocates on the per-thread default stream and waits until the memory is usable from
+   * the host and any stream. Throws `unsupported_error`, allocating nothing, on a thread that
+   * captures its per-thread stream (the wait would invalidate the capture); beside any other
+   * capture it waits in relaxed capture mode, which leaves that capture valid.
+   */
   [[nodiscard]] void* allocate_sync(std::size_t bytes,
                                     std::size_t alignment = rmm::CUDA_ALLOCATION_ALIGNMENT);
   /// @brief Frees memory no stream still uses.
