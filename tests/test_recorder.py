@@ -82,6 +82,113 @@ def test_python_stacks_name_the_allocating_function(gpu):
     s.synchronize()
 
 
+def frame_names(event):
+    return [f["name"] for f in event["frames"]]
+
+
+def test_a_python_stack_goes_to_its_own_allocation_not_to_rmms_at_the_same_address(gpu):
+    # RMM's own allocation (a DeviceBuffer) takes the block a Python allocation freed, and a
+    # later Python allocation takes it back: each event has the stack of the call that made it,
+    # and RMM's, which has no Python stack, has none.
+    import rmm
+
+    mr = AsyncDeviceMR(pool="new", cache=64 * MiB)
+    s = Stream()
+
+    def allocate_first():
+        return mr.allocate(4 * KiB, s)
+
+    def allocate_again():
+        return mr.allocate(4 * KiB, s)
+
+    with mr.record_history(stacks="python") as h:
+        p = allocate_first()
+        mr.deallocate(p, 4 * KiB, s)
+        buffer = rmm.DeviceBuffer(size=4 * KiB, stream=s, mr=mr)
+        assert buffer.ptr == p, "the cache hands the block back (else nothing is shared)"
+        del buffer
+        q = allocate_again()
+        assert q == p
+        mr.deallocate(q, 4 * KiB, s)
+    made = [e for e in h.history().events if e["action"] in ("alloc", "cache_hit")]
+    assert [e["address"] for e in made] == [p, p, p], made
+    assert frame_names(made[0])[:1] == ["allocate_first"], made[0]
+    assert made[1]["frames"] == [], "RMM's allocation has no Python stack"
+    assert frame_names(made[2])[:1] == ["allocate_again"], made[2]
+    s.synchronize()
+
+
+def test_python_stacks_stay_with_their_allocations_when_the_ring_drops_older_ones(gpu):
+    # The ring keeps only the newest events: the allocations it kept have their own stacks, not
+    # those of the dropped ones at the same address.
+    mr = AsyncDeviceMR(pool="new", cache=64 * MiB)
+    s = Stream()
+
+    def allocate_first():
+        return mr.allocate(4 * KiB, s)
+
+    def allocate_later():
+        return mr.allocate(4 * KiB, s)
+
+    with mr.record_history(max_events=8, stacks="python") as h:
+        p = allocate_first()
+        mr.deallocate(p, 4 * KiB, s)
+        for _ in range(4):  # cache hits at the same address: the ring's 8 events are theirs
+            q = allocate_later()
+            assert q == p
+            mr.deallocate(q, 4 * KiB, s)
+    history = h.history()
+    assert history.dropped >= 2, history.header
+    made = [e for e in history.events if e["action"] in ("alloc", "cache_hit")]
+    assert 1 <= len(made) <= 4 and {e["address"] for e in made} == {p}, history.events
+    assert [frame_names(e)[:1] for e in made] == [["allocate_later"]] * len(made), made
+    s.synchronize()
+
+
+def test_python_stacks_from_several_threads_go_to_their_own_allocations(gpu):
+    # Two threads allocate and free on one stream, so the front cache hands each thread's freed
+    # block to the other: every allocation has the stack of the thread that made it (the size
+    # says which: both sizes are one class of the cache).
+    import sys
+
+    mr = AsyncDeviceMR(pool="new", cache=64 * MiB)
+    mr.release_gil = "always"  # the threads' allocations run at once
+    s = Stream()
+    n = 300
+
+    def allocate_4096():
+        return mr.allocate(4096, s)
+
+    def allocate_4000():
+        return mr.allocate(4000, s)
+
+    def work(allocate, size):
+        for _ in range(n):
+            mr.deallocate(allocate(), size, s)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # hand the GIL over often
+    try:
+        with mr.record_history(max_events=1 << 16, stacks="python") as h:
+            ts = [threading.Thread(target=work, args=(allocate_4096, 4096)),
+                  threading.Thread(target=work, args=(allocate_4000, 4000))]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    made = [e for e in h.history().events if e["action"] in ("alloc", "cache_hit")]
+    assert len(made) == 2 * n
+    sizes_at = {}
+    for e in made:
+        sizes_at.setdefault(e["address"], set()).add(e["bytes"])
+    assert any(len(sizes) == 2 for sizes in sizes_at.values()), "no block went between the threads"
+    wrong = [e for e in made if frame_names(e)[:1] != [f"allocate_{e['bytes']}"]]
+    assert wrong == [], wrong[:3]
+    s.synchronize()
+
+
 def test_phases_are_spans_around_their_events(gpu):
     mr = AsyncDeviceMR(pool="new")
     s = Stream()
