@@ -10,9 +10,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #if defined(__x86_64__)
 #include <x86intrin.h>
@@ -44,14 +44,6 @@ bool clocksource_is_tsc() noexcept
 #endif
 }
 
-// The two counters read together: the stamp converted is scaled between this pair, taken at the
-// first stamp of the process, and a pair read at conversion time.
-struct stamp_reference {
-  bool ticks;
-  std::uint64_t tick0;
-  std::uint64_t ns0;
-};
-
 std::uint64_t read_ticks() noexcept
 {
 #if defined(__x86_64__)
@@ -61,17 +53,9 @@ std::uint64_t read_ticks() noexcept
 #endif
 }
 
-stamp_reference const& reference() noexcept
-{
-  static stamp_reference const ref = [] {
-    bool const ticks = clocksource_is_tsc();
-    return stamp_reference{ticks, ticks ? read_ticks() : 0, history_now_ns()};
-  }();
-  return ref;
-}
-
 // A (ticks, ns) pair read as close together as this thread can: the pair whose two tick reads
-// around the clock read are nearest, of a few tries.
+// around the clock read are nearest, of a few tries (the first read of the clock in a process
+// can take microseconds; a try the thread was interrupted in is passed over too).
 void read_pair(std::uint64_t& ticks, std::uint64_t& ns) noexcept
 {
   std::uint64_t best = ~std::uint64_t{0};
@@ -86,6 +70,32 @@ void read_pair(std::uint64_t& ticks, std::uint64_t& ns) noexcept
     }
   }
 }
+
+// The two counters read together at the process's first stamp: a stamp converted is scaled
+// between this pair and a pair read at conversion time.
+struct stamp_reference {
+  bool ticks;
+  std::uint64_t tick0;
+  std::uint64_t ns0;
+};
+
+stamp_reference const& reference() noexcept
+{
+  static stamp_reference const ref = [] {
+    stamp_reference r{clocksource_is_tsc(), 0, 0};
+    if (r.ticks) {
+      read_pair(r.tick0, r.ns0);
+    } else {
+      r.ns0 = history_now_ns();
+    }
+    return r;
+  }();
+  return ref;
+}
+
+// How long the rate is measured over before stamps_in uses it: both pairs are read within
+// ~40 ns, so from 100 us on it is within 0.05%.
+constexpr std::uint64_t rate_settles_ns = 100'000;
 
 }  // namespace
 
@@ -121,10 +131,15 @@ std::uint64_t history_stamp_converter::operator()(std::uint64_t stamp) const noe
                                            ticks_elapsed_);
 }
 
+bool history_stamp_converter::settled() const noexcept
+{
+  return !ticks_ || ns_elapsed_ >= rate_settles_ns;
+}
+
 std::uint64_t history_stamp_converter::stamps_in(std::uint64_t ns) const noexcept
 {
-  if (!ticks_) { return ns; }
-  if (ns_elapsed_ < 1'000'000) { return ns * 5; }  // under 1 ms since the reference: 5 GHz at most
+  // Not measured yet: a tick a nanosecond, which a counter of 1 GHz or more spans in <= ns.
+  if (!ticks_ || !settled()) { return ns; }
   return static_cast<std::uint64_t>(static_cast<unsigned __int128>(ns) * ticks_elapsed_ /
                                     ns_elapsed_);
 }
@@ -138,29 +153,9 @@ std::uint64_t history_stamps_in(std::uint64_t ns) noexcept
 
 namespace {
 
-// Every ring alive, so that a cursor let go by a thread that ends (or by a full cursor table)
-// touches its ring only while it lives. Locked when a ring comes and goes, and when a thread
-// lets go of chunks: never on an event's path. Never destroyed (threads end after statics go).
-struct ring_registry {
-  std::mutex lock;
-  std::vector<history_ring*> rings;
-};
+std::atomic<std::size_t> live_rings{0};
 
-ring_registry& registry()
-{
-  static auto* const r = new ring_registry;  // NOLINT(cppcoreguidelines-owning-memory)
-  return *r;
-}
-
-std::atomic<std::uint64_t> next_ring_id{1};
-
-}  // namespace
-
-constinit thread_local history_cursor history_cursors[history_cursor::table_size] = {};
-
-namespace {
-
-// Constructed by a thread's first claim; lets the thread's chunks go when the thread ends.
+// Constructed by a thread's first place; lets the thread's places go when the thread ends.
 struct cursor_reaper {
   cursor_reaper()                                = default;
   cursor_reaper(cursor_reaper const&)            = delete;
@@ -172,45 +167,58 @@ thread_local cursor_reaper reaper;
 
 }  // namespace
 
-void history_cursor::forget(history_cursor& c, std::vector<history_ring*> const& alive) noexcept
+constinit thread_local history_thread history_this_thread{};
+
+void history_cursor::forget(history_cursor& c) noexcept
 {
-  if (c.next_slot != nullptr && std::find(alive.begin(), alive.end(), c.ring) != alive.end()) {
-    c.ring->let_go(c);  // the pointer may name a newer ring at the same address: let_go checks
-  }
+  history_ring* const ring = c.ring;
+  if (ring == nullptr) { return; }
+  ring->let_go(c);
   c = history_cursor{};
+  history_ring::drop(ring);  // after the chunk went: the ring may go with this count
 }
 
-history_cursor& history_cursor::find(history_ring& ring) noexcept
+history_cursor* history_cursor::find(history_ring const& ring) noexcept
 {
-  history_cursor* const table = history_cursors;
+  history_cursor* const table = history_this_thread.cursors;
   std::size_t i               = 0;
-  while (i < table_size && table[i].ring_id != ring.id_) { ++i; }
-  if (i == table_size) {  // a new ring for this thread: the least recently used entry goes
-    i = table_size - 1;
-    if (table[i].next_slot != nullptr) {  // still holds a chunk: let it go if its ring lives
-      ring_registry& r = registry();
-      std::lock_guard guard{r.lock};
-      forget(table[i], r.rings);
-    }
-    table[i]         = history_cursor{};
-    table[i].ring_id = ring.id_;
-    table[i].ring    = &ring;
-  }
+  while (i < table_size && table[i].ring != &ring) { ++i; }
+  if (i == table_size) { return nullptr; }
   history_cursor const found = table[i];
   for (; i > 0; --i) { table[i] = table[i - 1]; }
   table[0] = found;
+  return &table[0];
+}
+
+history_cursor& history_cursor::add(history_ring& ring) noexcept
+{
+  static_cast<void>(&reaper);  // this thread's places are let go when it ends
+  history_cursor* const table = history_this_thread.cursors;
+  forget(table[table_size - 1]);  // the least recently used place goes
+  for (std::size_t i = table_size - 1; i > 0; --i) { table[i] = table[i - 1]; }
+  table[0]      = history_cursor{};
+  table[0].ring = &ring;
   return table[0];
+}
+
+void history_cursor::forget(history_ring const& ring) noexcept
+{
+  history_cursor* const table = history_this_thread.cursors;
+  for (std::size_t i = 0; i < table_size; ++i) {
+    if (table[i].ring != &ring) { continue; }
+    forget(table[i]);
+    for (; i + 1 < table_size; ++i) { table[i] = table[i + 1]; }  // the places after move up
+    table[table_size - 1] = history_cursor{};
+    return;
+  }
 }
 
 void history_cursor::let_go_all() noexcept
 {
-  ring_registry& r = registry();
-  std::lock_guard guard{r.lock};
-  for (history_cursor& c : history_cursors) { forget(c, r.rings); }
+  for (history_cursor& c : history_this_thread.cursors) { forget(c); }
 }
 
-history_ring::history_ring(std::size_t capacity)
-  : id_{next_ring_id.fetch_add(1, std::memory_order_relaxed)}, capacity_{capacity}
+history_ring::history_ring(std::size_t capacity) : capacity_{capacity}
 {
   if (capacity == 0 || capacity > max_capacity) {
     throw std::invalid_argument{"asyncmr: a history of " + std::to_string(capacity) +
@@ -222,21 +230,46 @@ history_ring::history_ring(std::size_t capacity)
   chunks_ = (capacity + chunk_ - 1) / chunk_;
   slots_  = std::make_unique<slot[]>(chunks_ * chunk_);
   states_ = std::make_unique<chunk_state[]>(chunks_);
-  ring_registry& r = registry();
-  std::lock_guard guard{r.lock};
-  r.rings.push_back(this);
+  live_rings.fetch_add(1, std::memory_order_relaxed);
 }
 
-history_ring::~history_ring()
+history_ring::~history_ring() { live_rings.fetch_sub(1, std::memory_order_relaxed); }
+
+history_ring::handle history_ring::make(std::size_t capacity)
 {
-  ring_registry& r = registry();
-  std::lock_guard guard{r.lock};
-  r.rings.erase(std::find(r.rings.begin(), r.rings.end(), this));
+  return handle{new history_ring(capacity)};  // NOLINT(cppcoreguidelines-owning-memory)
+}
+
+std::size_t history_ring::live() noexcept { return live_rings.load(std::memory_order_relaxed); }
+
+void history_ring::release::operator()(history_ring* ring) const noexcept { drop(ring); }
+
+void history_ring::drop(history_ring* ring) noexcept
+{
+  // acq_rel: every write of every holder into the ring comes before the last one frees it.
+  if (ring->refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    delete ring;  // NOLINT(cppcoreguidelines-owning-memory)
+  }
+}
+
+bool history_ring::join(history_owner const* owner) noexcept
+{
+  if (owner != nullptr) {
+    // Against history_owner::stop, which swaps the ring out and then reads joining_ (all four
+    // sequentially consistent): either stop sees this thread joining and waits for it, or this
+    // thread sees the ring stopped and touches nothing of it.
+    owner->joining_.fetch_add(1, std::memory_order_seq_cst);
+    bool const recording = owner->active_.load(std::memory_order_seq_cst) == this;
+    if (recording) { refs_.fetch_add(1, std::memory_order_relaxed); }
+    owner->joining_.fetch_sub(1, std::memory_order_release);
+    return recording;
+  }
+  refs_.fetch_add(1, std::memory_order_relaxed);  // the caller's handle keeps the ring meanwhile
+  return true;
 }
 
 bool history_ring::claim(history_cursor& c) noexcept
 {
-  static_cast<void>(&reaper);  // this thread's chunks are let go when it ends
   // The chunk let go part-filled last, where its claim stopped, if nobody took it since: its
   // event numbers are that claim's own (its ticket's range), so they stay unique.
   if (std::size_t const p = partial_.load(std::memory_order_relaxed) == 0
@@ -285,7 +318,7 @@ bool history_ring::claim(history_cursor& c) noexcept
 
 void history_ring::let_go(history_cursor& c) noexcept
 {
-  if (c.ring_id != id_ || c.next_slot == nullptr) { return; }
+  if (c.next_slot == nullptr) { return; }
   chunk_state& state = *c.state;
   // Events this claim wrote (a claim that went on in a part-filled chunk started past its 0).
   std::uint64_t const n = c.next_event - state.first.load(std::memory_order_relaxed);
@@ -301,14 +334,18 @@ void history_ring::let_go(history_cursor& c) noexcept
   c.next_slot = nullptr;
 }
 
-history_cursor* history_ring::place() noexcept
+history_cursor* history_ring::place(history_owner const* owner) noexcept
 {
-  history_cursor& c = history_cursor::find(*this);
-  if (c.next_slot == nullptr && !claim(c)) {
+  history_cursor* c = history_cursor::find(*this);
+  if (c == nullptr) {
+    if (!join(owner)) { return nullptr; }  // its recording stopped: the event is not made
+    c = &history_cursor::add(*this);
+  }
+  if (c->next_slot == nullptr && !claim(*c)) {
     refused_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
-  return &c;
+  return c;
 }
 
 // Copies every whole event into `out` (when given); returns how many there are.
@@ -316,10 +353,8 @@ std::size_t history_ring::whole_events(std::vector<history_event>* out,
                                        std::uint64_t offered) const
 {
   std::size_t const slots = chunks_ * chunk_;
-  std::vector<std::uint64_t> numbers;  // each copied event's number, to order ties in time
   if (out != nullptr) {
     out->reserve(std::min<std::size_t>(slots, static_cast<std::size_t>(offered)));
-    numbers.reserve(out->capacity());
   }
   std::size_t whole = 0;
   for (std::size_t i = 0; i < slots; ++i) {
@@ -333,8 +368,7 @@ std::size_t history_ring::whole_events(std::vector<history_event>* out,
     ++whole;
     if (out != nullptr) {
       out->push_back({v[0], v[1], v[2], v[3], v[4], v[5], v[6] & cached_mask,
-                      static_cast<history_action>(v[6] >> action_shift)});
-      numbers.push_back(a / 2 - 1);
+                      static_cast<history_action>(v[6] >> action_shift), a / 2 - 1});
     }
   }
   if (out == nullptr) { return std::min(whole, capacity_); }
@@ -343,7 +377,7 @@ std::size_t history_ring::whole_events(std::vector<history_event>* out,
   std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
     auto const& ex = (*out)[x];
     auto const& ey = (*out)[y];
-    return ex.time_ns != ey.time_ns ? ex.time_ns < ey.time_ns : numbers[x] < numbers[y];
+    return ex.time_ns != ey.time_ns ? ex.time_ns < ey.time_ns : ex.number < ey.number;
   });
   // The newest capacity_ of them (the last chunk may hold a few more), oldest first.
   std::size_t const first = order.size() > capacity_ ? order.size() - capacity_ : 0;
@@ -391,6 +425,30 @@ std::uint64_t history_ring::dropped() const noexcept
   std::uint64_t const offered = recorded();
   std::size_t const whole     = whole_events(nullptr, 0);  // allocates nothing: cannot throw
   return offered > whole ? offered - whole : 0;
+}
+
+// ---- the owner ---------------------------------------------------------------------------
+
+history_owner::~history_owner() { static_cast<void>(stop()); }
+
+void history_owner::start(history_ring::handle ring)
+{
+  history_ring* expected = nullptr;
+  if (!active_.compare_exchange_strong(expected, ring.get(), std::memory_order_acq_rel)) {
+    throw std::logic_error{"asyncmr: a history is being recorded here already (one at a time)"};
+  }
+  static_cast<void>(ring.release());  // active_ holds its count now
+}
+
+history_ring::handle history_owner::stop() noexcept
+{
+  history_ring* const ring = active_.exchange(nullptr, std::memory_order_seq_cst);
+  if (ring == nullptr) { return {}; }
+  // A thread that saw the ring recorded into as it joined has counted its place when it leaves:
+  // a few instructions, so this spins a moment at most; none joins it after.
+  while (joining_.load(std::memory_order_seq_cst) != 0) { std::this_thread::yield(); }
+  history_cursor::forget(*ring);  // this thread's own place: it records here no more
+  return history_ring::handle{ring};
 }
 
 }  // namespace asyncmr::detail

@@ -12,6 +12,7 @@
 #include <asyncmr/detail/pool_resource_base.hpp>
 
 #include <stdexcept>
+#include <utility>
 
 namespace asyncmr::detail {
 
@@ -30,13 +31,12 @@ std::vector<history_event> events_in_ns(history_ring const& ring, std::uint64_t&
 
 void pool_resource_base::start_history(std::size_t max_events)
 {
-  auto ring = std::make_unique<history_ring>(max_events);  // checks max_events
+  auto ring = history_ring::make(max_events);  // checks max_events
   std::lock_guard guard{history_->lock};
-  if (history_->active.load(std::memory_order_acquire) != nullptr) {
+  if (history_->recordings.active() != nullptr) {
     throw std::logic_error{"asyncmr: a history is being recorded on this resource already "
                            "(one at a time; stop it first)"};
   }
-  history_->rings.reserve(history_->rings.size() + 1);
   std::uint64_t reserved = 0;
   try {
     reserved = pool_.get_attribute(pool_attribute::reserved_mem_current);
@@ -49,35 +49,36 @@ void pool_resource_base::start_history(std::size_t max_events)
   } catch (...) {  // NOLINT(bugprone-empty-catch)
   }
   // The stamp's kind is decided (reading the kernel's clocksource) here, not at the first event.
-  history_->read_period.store(history_stamps_in(history_pool_read_ns), std::memory_order_relaxed);
+  history_stamp_converter const rate;
+  history_->read_period.store(rate.stamps_in(history_pool_read_ns), std::memory_order_relaxed);
+  history_->period_settled.store(rate.settled(), std::memory_order_relaxed);
   history_->last_read.store(history_stamp(), std::memory_order_relaxed);
-  history_->rings.push_back(std::move(ring));
-  history_->active.store(history_->rings.back().get(), std::memory_order_release);
+  history_->recordings.start(std::move(ring));
 }
 
 std::vector<history_event> pool_resource_base::stop_history(std::uint64_t& dropped)
 {
   std::lock_guard guard{history_->lock};
-  history_ring* const ring = history_->active.exchange(nullptr, std::memory_order_acq_rel);
-  if (ring == nullptr) {
-    throw std::logic_error{"asyncmr: no history is being recorded on this resource"};
-  }
-  return events_in_ns(*ring, dropped);  // a writer that loaded the ring before may add one
+  history_ring::handle const ring = history_->recordings.stop();
+  if (!ring) { throw std::logic_error{"asyncmr: no history is being recorded on this resource"}; }
+  // A writer that loaded the ring before may add one; the ring is freed once none can.
+  return events_in_ns(*ring, dropped);
 }
 
 std::vector<history_event> pool_resource_base::read_history(std::uint64_t& dropped) const
 {
-  history_ring const* const ring = history_ ? history_->active.load(std::memory_order_acquire)
-                                            : nullptr;
-  if (ring == nullptr) {
-    throw std::logic_error{"asyncmr: no history is being recorded on this resource"};
+  if (history_) {
+    std::lock_guard guard{history_->lock};  // a stop on another thread would free the ring
+    if (history_ring const* const ring = history_->recordings.active()) {
+      return events_in_ns(*ring, dropped);
+    }
   }
-  return events_in_ns(*ring, dropped);
+  throw std::logic_error{"asyncmr: no history is being recorded on this resource"};
 }
 
 bool pool_resource_base::recording_history() const noexcept
 {
-  return history_ && history_->active.load(std::memory_order_relaxed) != nullptr;
+  return history_ && history_->recordings.active() != nullptr;
 }
 
 }  // namespace asyncmr::detail

@@ -137,6 +137,12 @@ void pool_resource_base::note_read(history_ring& ring,
     // One thread reads for all of them; the others record the known state.
     read_pool = h.last_read.compare_exchange_strong(read_at, e.time_ns, std::memory_order_relaxed);
   }
+  if (read_pool && !h.period_settled.load(std::memory_order_relaxed)) [[unlikely]] {
+    // The process's first moments: the counter's rate is measured over longer now.
+    history_stamp_converter const rate;
+    h.read_period.store(rate.stamps_in(history_pool_read_ns), std::memory_order_relaxed);
+    h.period_settled.store(rate.settled(), std::memory_order_relaxed);
+  }
   if (read_pool) {
     // Relaxed capture mode inside get_attribute: safe while any stream captures.
     try {
@@ -153,10 +159,10 @@ void pool_resource_base::note_read(history_ring& ring,
     change.action        = e.reserved > last ? history_action::grow : history_action::trim;
     change.address       = 0;
     change.bytes         = e.reserved > last ? e.reserved - last : last - e.reserved;
-    ring.record(change);
+    ring.record(change, &h.recordings);
   }
   if (e.action == history_action::trim) { return; }  // a trim call: only what it changed
-  ring.record(e);
+  ring.record(e, &h.recordings);
 }
 
 // Inlined into allocate and deallocate_checked, every event of a pair: a cache hit or put leaves
@@ -194,7 +200,7 @@ void pool_resource_base::note_read(history_ring& ring,
     note_read(ring, e, may_grow);
     return;
   }
-  ring.record(e);
+  ring.record(e, &h.recordings);
 }
 
 // An oom or a trim: the pool read now, the event stamped with what it says.
@@ -216,8 +222,7 @@ void pool_resource_base::trim_to(std::size_t min_bytes_to_keep)
 {
   release_cache();
   pool_.trim_to(min_bytes_to_keep);
-  if (history_ring* const ring = history_ ? history_->active.load(std::memory_order_acquire)
-                                          : nullptr) {
+  if (history_ring* const ring = history_ ? history_->recordings.active() : nullptr) {
     note_pool(*ring, history_action::trim, 0, nullptr);
   }
 }
@@ -230,7 +235,7 @@ void* pool_resource_base::allocate(cuda::stream_ref stream, std::size_t bytes, s
   }
   if (bytes == 0) { return nullptr; }
   cudaStream_t const s = stream.get();
-  history_ring* const ring = history_ ? history_->active.load(std::memory_order_acquire) : nullptr;
+  history_ring* const ring = history_ ? history_->recordings.active() : nullptr;
   if (ring == nullptr && !prefetch_) {
     if (cache_) { return cache_->allocate(s, bytes); }
     return allocate_giving_caches_back(pool_, bytes, s);  // other resources' caches on this pool
@@ -279,8 +284,7 @@ free_result pool_resource_base::deallocate_checked(cuda::stream_ref stream,
                                     : free_to_pool(ptr, stream.get());
   if (!result.ok()) {
     refused_frees.fetch_add(1, std::memory_order_relaxed);
-  } else if (history_ring* const ring =
-               history_ ? history_->active.load(std::memory_order_acquire) : nullptr) {
+  } else if (history_ring* const ring = history_ ? history_->recordings.active() : nullptr) {
     if (result.cached) {
       note_event(*ring, history_action::cache_put, ptr, bytes, stream.get());
     } else {

@@ -258,7 +258,7 @@ double beside_round(rmm::device_async_resource_ref ref,
                     int pairs,
                     bool write)
 {
-  asyncmr::detail::history_ring ring{static_cast<std::size_t>(4 * pairs + 64)};
+  auto const ring = asyncmr::detail::history_ring::make(static_cast<std::size_t>(4 * pairs + 64));
   asyncmr::detail::history_event e{};
   e.action = asyncmr::detail::history_action::cache_hit;
   e.bytes  = bytes;
@@ -270,15 +270,15 @@ double beside_round(rmm::device_async_resource_ref ref,
     void* p   = ref.allocate(s, bytes, rmm::CUDA_ALLOCATION_ALIGNMENT);
     e.time_ns = asyncmr::detail::history_stamp();
     e.address = reinterpret_cast<std::uintptr_t>(p);
-    if (write) { ring.record(e); }
+    if (write) { ring->record(e); }
     acc += e.time_ns;
     ref.deallocate(s, p, bytes, rmm::CUDA_ALLOCATION_ALIGNMENT);
     e.time_ns = asyncmr::detail::history_stamp();
-    if (write) { ring.record(e); }
+    if (write) { ring->record(e); }
     acc += e.time_ns;
   }
   double const ns = since_ns(t0) / pairs;
-  sink.store(acc + ring.recorded(), std::memory_order_relaxed);
+  sink.store(acc + ring->recorded(), std::memory_order_relaxed);
   return ns;
 }
 
@@ -515,17 +515,17 @@ double clock_round(long calls)
 
 double ring_round(long calls, int pairs)
 {
-  asyncmr::detail::history_ring ring{static_cast<std::size_t>(4 * pairs + 64)};
+  auto const ring = asyncmr::detail::history_ring::make(static_cast<std::size_t>(4 * pairs + 64));
   asyncmr::detail::history_event e{};
   e.action      = asyncmr::detail::history_action::cache_hit;
   e.bytes       = 4096;
   auto const t0 = clock_type::now();
   for (long i = 0; i < calls; ++i) {
     e.address = static_cast<std::uint64_t>(i);
-    ring.record(e);
+    ring->record(e);
   }
   double const ns = since_ns(t0) / static_cast<double>(calls);
-  sink.store(ring.recorded(), std::memory_order_relaxed);
+  sink.store(ring->recorded(), std::memory_order_relaxed);
   return ns;
 }
 

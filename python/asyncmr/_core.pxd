@@ -207,6 +207,12 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         uint64_t used
         uint64_t cached
         HistoryAction action
+        uint64_t number
+
+    # The number of the event this thread recorded last (history_no_event: none since forgotten).
+    const uint64_t history_no_event "asyncmr::detail::history_no_event"
+    void history_forget_last_event "asyncmr::detail::history_forget_last_event"()
+    uint64_t history_last_event "asyncmr::detail::history_last_event"()
 
     cdef cppclass pool_resource_base "asyncmr::detail::pool_resource_base":
         const mem_pool& pool()

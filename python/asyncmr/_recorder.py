@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from os import PathLike
@@ -56,10 +56,10 @@ class HistoryRecorder:
         self._kind = _kind(mr)
         self._max_events = max_events
         self._stacks = stacks
-        # (address, frames) of each allocation, as many as the ring holds events.
+        # (event number, frames) of each allocation, as many as the ring holds events.
         self._frames: deque[tuple[int, list[dict[str, Any]]]] = deque(maxlen=max_events)
         self._state = "new"
-        self._result: tuple[list[dict[str, Any]], int] | None = None
+        self._result: tuple[list[dict[str, Any]], int, list[int]] | None = None
         self._phases: list[dict[str, Any]] = []
 
     def __enter__(self) -> HistoryRecorder:
@@ -103,14 +103,16 @@ class HistoryRecorder:
 
     # ---- called by the resource -------------------------------------------------------------
 
-    def note_allocation(self, ptr: int) -> None:
-        """The Python stack of an allocation, when stacks="python"."""
-        if self._stacks == "python" and ptr:
+    def note_allocation(self, ptr: int, event: int | None) -> None:
+        """The Python stack of an allocation, when stacks="python": ``event`` is the number of
+        the event it made in this recording's ring (None: it made none here, and no stack is
+        kept)."""
+        if self._stacks == "python" and ptr and event is not None:
             stack = traceback.extract_stack(limit=_FRAMES + 8)
             while stack and stack[-1].filename.startswith(_PACKAGE):
                 stack.pop()
-            self._frames.append((ptr, [{"filename": f.filename, "line": f.lineno or 0,
-                                        "name": f.name} for f in reversed(stack[-_FRAMES:])]))
+            self._frames.append((event, [{"filename": f.filename, "line": f.lineno or 0,
+                                          "name": f.name} for f in reversed(stack[-_FRAMES:])]))
 
     def describe_outstanding(self, largest: int = 5) -> str:
         """The largest allocations live now, for an out-of-memory message."""
@@ -126,7 +128,7 @@ class HistoryRecorder:
 
     # ---- what was recorded ------------------------------------------------------------------
 
-    def _events(self) -> tuple[list[dict[str, Any]], int]:
+    def _events(self) -> tuple[list[dict[str, Any]], int, list[int]]:
         if self._state == "recording":
             return self._mr._read_history(False)
         if self._result is None:
@@ -137,16 +139,16 @@ class HistoryRecorder:
         """The :class:`asyncmr.history.History` recorded so far (or in all, after the block)."""
         from asyncmr.history import History
 
-        events, dropped = self._events()
+        events, dropped, numbers = self._events()
         if self._stacks == "python":
-            # Each allocation's stack, matched in order per address.
-            queues: dict[int, deque[list[dict[str, Any]]]] = defaultdict(deque)
-            # A copy, made at once under the GIL: other threads append as they allocate.
-            for address, frames in list(self._frames):
-                queues[address].append(frames)
-            for e in events:
-                if e["action"] in ("alloc", "cache_hit") and queues.get(e["address"]):
-                    e["frames"] = queues[e["address"]].popleft()
+            # Each allocation's stack goes to the event it made, by the event's number: an event
+            # no Python allocation made (RMM's own) has none, and a stack whose event the ring
+            # dropped goes nowhere. A copy, made at once under the GIL: other threads append as
+            # they allocate.
+            stacks = dict(list(self._frames))
+            for e, number in zip(events, numbers):
+                if e["action"] in ("alloc", "cache_hit") and number in stacks:
+                    e["frames"] = stacks[number]
         device = getattr(self._mr, "device", None) if self._kind != "pinned" else None
         header: dict[str, Any] = {
             "version": 1, "kind": self._kind, "pool": int(self._mr.pool_handle),

@@ -121,16 +121,24 @@ cdef class _PoolResource(DeviceMemoryResource):
         cdef size_t n = _to_size_t(nbytes, "nbytes")
         stream = as_stream(stream)
         cdef uintptr_t s = <uintptr_t>stream._cuda_stream
+        cdef uint64_t event
         # Read once: another thread may end the recording while this allocation runs without
         # the GIL, and the block must still come back to the caller.
         recorder = self._recorder
         if recorder is None:
             return self._allocate_core(n, s)
+        history_forget_last_event()  # so that an allocation the ring did not record names none
         try:
             ptr = self._allocate_core(n, s)
         except MemoryError as e:
             raise MemoryError(f"{e}; {recorder.describe_outstanding()}") from None
-        recorder.note_allocation(ptr)
+        # The allocation's event, recorded on this thread (another thread's event, or one of RMM's
+        # own allocations, never takes its place). It went into the recorder's ring if the
+        # recorder is still this resource's: it is set after the C++ recording starts and cleared
+        # before it stops, and never set again.
+        event = history_last_event()
+        recorder.note_allocation(
+            ptr, event if event != history_no_event and self._recorder is recorder else None)
         return ptr
 
     cdef uintptr_t _allocate_core(self, size_t n, uintptr_t s) except? 0:
@@ -280,7 +288,8 @@ cdef class _PoolResource(DeviceMemoryResource):
         self._recorder = recorder
 
     def _read_history(self, bint stop=False):
-        """(events as dicts, dropped); stops the recording when ``stop``."""
+        """(events as dicts, dropped, each event's number in its ring); stops the recording
+        when ``stop``."""
         cdef uint64_t dropped = 0
         cdef vector[history_event] events
         if stop:
@@ -289,13 +298,15 @@ cdef class _PoolResource(DeviceMemoryResource):
         else:
             events = self.c_base.read_history(dropped)
         out = []
+        numbers = []
         cdef history_event e
         for e in events:
             out.append({"time_ns": e.time_ns, "action": _HISTORY_ACTIONS[<uint32_t>e.action],
                         "address": e.address, "bytes": e.bytes, "stream": e.stream,
                         "reserved": e.reserved, "used": e.used, "cached": e.cached,
                         "frames": []})
-        return out, dropped
+            numbers.append(e.number)
+        return out, dropped, numbers
 
     def reset_peaks(self):
         """Reset the pool's used and reserved watermarks; open peak trackers keep what they saw."""

@@ -4,16 +4,14 @@
 #pragma once
 
 // Private to src/: a resource's recording (pool_resource_base::start_history), shared by its
-// copies. Rings are kept until the resource goes: a thread may still be writing into one that
-// was just stopped, so a stopped ring is retired, never freed, while the resource lives.
+// copies. Its rings come and go through a history_owner: a stopped ring is freed once no thread
+// can write into it any more (detail/history.hpp).
 
 #include <asyncmr/detail/history.hpp>
 
 #include <atomic>
 #include <cstdint>
-#include <memory>
 #include <mutex>
-#include <vector>
 
 namespace asyncmr::detail {
 
@@ -22,15 +20,17 @@ namespace asyncmr::detail {
 inline constexpr std::uint64_t history_pool_read_ns = 100'000;
 
 struct history_state {
-  std::atomic<history_ring*> active{nullptr};
+  history_owner recordings;  // record into recordings.active(), with &recordings
   // The pool's reserved bytes at the last event that read them, to notice growth and trims.
   std::atomic<std::uint64_t> last_reserved{0};
   // The pool's used bytes as last read, moved since by each allocation's and free's bytes.
   std::atomic<std::uint64_t> last_used{0};
   std::atomic<std::uint64_t> last_read{0};    // history_stamp() of the last read of the pool
-  std::atomic<std::uint64_t> read_period{0};  // history_pool_read_ns in stamps
-  std::mutex lock;  // start and stop
-  std::vector<std::unique_ptr<history_ring>> rings;
+  std::atomic<std::uint64_t> read_period{0};  // history_pool_read_ns in stamps, at most
+  // Whether read_period is at the counter's measured rate; until then (the first ~100 us of a
+  // process's first recording) each read of the pool takes it again.
+  std::atomic<bool> period_settled{false};
+  std::mutex lock;  // start, stop and reads of the events
 };
 
 }  // namespace asyncmr::detail

@@ -21,8 +21,22 @@
  * thread that stops recording part-way through a chunk keeps it, so up to `chunk_events() - 1`
  * of its events outlive newer ones (read back in time order, they are simply older); a thread
  * that ends lets its chunks go. Rings under 1024 events have chunks of one slot: every event
- * claims, and nothing is kept past a newer event. A thread remembers its place in its 8 most
- * recently used rings; a ninth takes a lock once when it comes (to let the oldest place go).
+ * claims, and nothing is kept past a newer event.
+ *
+ * Each event has a number, unique in its ring (a claim's ticket numbers its chunk's slots): the
+ * reader gives it back (history_event::number), and the thread that recorded the event is told
+ * it (history_last_event, one plain thread-local store), so a caller matches what it knows of
+ * its own event (a Python stack) to that event and never to another one at the same address.
+ *
+ * A thread keeps its place in its 8 most recently used rings (history_cursor): the chunk it
+ * holds and where it is in it. A place counts as a reference to its ring, as the ring's handle
+ * (history_ring::make) does, and the ring is freed when the last of them goes: a thread's place
+ * goes when a ninth ring pushes it out, when the thread ends, or when the thread stops the
+ * recording (history_owner::stop). So an event in a ring its thread has a place in touches no
+ * count, and a thread's first event in a ring takes a place: a ring a history_owner records into
+ * is first asked of the owner, which may have stopped it (its last count may then be gone, and
+ * the ring is not touched). A stopped recording's ring is freed once no thread can write into
+ * it, and the write path has no locked instruction for it.
  */
 
 #include <array>
@@ -55,7 +69,14 @@ struct history_event {
   std::uint64_t used{};      ///< the pool's used bytes after the event
   std::uint64_t cached{};    ///< bytes charged to the resource's front cache (0 without one)
   history_action action{history_action::alloc};
+  /// Its number, unique in its ring and rising in each thread's order: set when read back (as
+  /// history_last_event told its thread); record() ignores it.
+  std::uint64_t number{};
 };
+
+/// @brief What history_last_event() says while this thread recorded no event since it forgot the
+/// last one (no number is this large: a slot's sequence holds twice a number plus two).
+inline constexpr std::uint64_t history_no_event = ~std::uint64_t{0};
 
 /// @brief Nanoseconds of std::chrono::steady_clock (CLOCK_MONOTONIC on Linux: Python's
 /// time.monotonic_ns()), the clock a read history is in.
@@ -89,41 +110,60 @@ inline std::atomic<unsigned char> history_stamp_kind{0};
 
 /// @brief Converts stamps to steady_clock nanoseconds. Ticks are scaled by the rate measured
 /// between a reference taken at the process's first stamp and the converter's making (both
-/// counters read together), so the longer a process runs the closer the rate; monotonic.
+/// counters read together, each pair the closest of a few tries), so the longer a process runs
+/// the closer the rate; monotonic.
 class history_stamp_converter {
  public:
   history_stamp_converter() noexcept;  ///< reads the counters now
   [[nodiscard]] std::uint64_t operator()(std::uint64_t stamp) const noexcept;
-  /// @brief How many stamps `ns` nanoseconds span, at the rate measured (history_stamps_in).
+  /// @brief How many stamps `ns` nanoseconds span, at most (history_stamps_in).
   [[nodiscard]] std::uint64_t stamps_in(std::uint64_t ns) const noexcept;
+  /// @brief Whether stamps_in uses the rate measured: stamps are nanoseconds, or the rate was
+  /// measured over 100 us or more (the pairs' reads are ~40 ns apart: within 0.05%). Until then
+  /// a span is taken as if the counter ran at 1 GHz, its slowest, so it is never longer than
+  /// asked (a process's first recording starts a few microseconds after its first stamp).
+  [[nodiscard]] bool settled() const noexcept;
 
  private:
   bool ticks_;
   std::uint64_t tick0_, ns0_, ticks_elapsed_, ns_elapsed_;
 };
 
-/// @brief How many stamps `ns` nanoseconds span (at least `ns` when stamps are ticks and the
-/// rate is not known yet: the counter runs at ~1-5 GHz).
+/// @brief How many stamps span `ns` nanoseconds at most: `ns` when stamps are nanoseconds, else
+/// at the rate measured (`ns` itself until it is settled: history_stamp_converter::settled).
 [[nodiscard]] std::uint64_t history_stamps_in(std::uint64_t ns) noexcept;
 
 struct history_cursor;
+class history_owner;
 
 class history_ring {
  public:
   static constexpr std::size_t max_capacity = std::size_t{1} << 26;  ///< 64 Mi events
   static constexpr std::size_t max_chunk    = 16;  ///< slots a chunk holds, at most
 
-  /// @brief A ring of `capacity` events (and up to max_chunk - 1 slots more), allocated now.
+  /// @brief Lets the maker's count of a ring go: the ring is freed once no thread's place counts
+  /// it either.
+  struct release {
+    void operator()(history_ring* ring) const noexcept;
+  };
+  /// @brief The maker's count of a ring (make): reading its events needs one.
+  using handle = std::unique_ptr<history_ring, release>;
+
+  /// @brief A ring of `capacity` events (and up to max_chunk - 1 slots more), allocated now and
+  /// freed when its handle and every thread's place in it are gone.
   /// @throws std::invalid_argument when `capacity` is 0 or above `max_capacity`; std::bad_alloc
-  explicit history_ring(std::size_t capacity);
-  ~history_ring();
+  [[nodiscard]] static handle make(std::size_t capacity);
   history_ring(history_ring const&)            = delete;
   history_ring& operator=(history_ring const&) = delete;
 
-  /// @brief Adds an event; never allocates, locks or waits (a thread's first event in a ring,
-  /// and every `chunk_events()`-th, claims a chunk: two atomic instructions). Inline: a caller
-  /// that builds the event in place stores its fields straight into the slot.
-  void record(history_event const& event) noexcept;
+  /// @brief Adds an event; never allocates, waits or takes a lock of its own (a thread's first
+  /// event in a ring, and every `chunk_events()`-th, claims a chunk: two atomic instructions; a
+  /// first event also takes a place, three more, and may free the ring whose place it pushes
+  /// out). Inline: a caller that builds the event in place stores its fields straight into the
+  /// slot. `owner`: the history_owner whose recording this ring is, which a thread's first event
+  /// asks whether it still records into it (if not, the event is dropped and the ring is not
+  /// touched: it may be gone); null when the caller holds the ring's handle.
+  void record(history_event const& event, history_owner const* owner = nullptr) noexcept;
   /// @brief The newest `capacity()` whole events in the ring now, in time order (by stamp; one
   /// thread's events in the order it recorded them).
   [[nodiscard]] std::vector<history_event> events() const;
@@ -137,9 +177,13 @@ class history_ring {
   [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
   /// @brief Slots a chunk holds: 1 under 1024 events, then up to max_chunk.
   [[nodiscard]] std::size_t chunk_events() const noexcept { return chunk_; }
+  /// @brief Rings made and not freed yet, in the process.
+  [[nodiscard]] static std::size_t live() noexcept;
 
  private:
   friend struct history_cursor;
+  explicit history_ring(std::size_t capacity);
+  ~history_ring();
   // Seven words an event: the action goes in the top byte of `cached` (a cache of 2^56 bytes
   // cannot be), so a slot is one cache line.
   static constexpr std::size_t fields       = 7;
@@ -165,12 +209,17 @@ class history_ring {
 
   bool claim(history_cursor& cursor) noexcept;
   void let_go(history_cursor& cursor) noexcept;
-  history_cursor* place() noexcept;  // the cursor with a chunk held; null: refused
+  // This thread's cursor with a chunk held, its place taken first if it has none; null: refused,
+  // or `owner` records into another ring now (then nothing of this ring is touched).
+  history_cursor* place(history_owner const* owner) noexcept;
+  // Counts a new place; false (and nothing counted or touched) when `owner` no longer records
+  // into this ring.
+  bool join(history_owner const* owner) noexcept;
+  static void drop(history_ring* ring) noexcept;  // lets a count go; frees on the last
   // The whole events (copied into `out`, sorted, when it is given; `offered`: recorded() read
   // by the caller, the room to reserve) and how many of them count (at most capacity_).
   std::size_t whole_events(std::vector<history_event>* out, std::uint64_t offered) const;
 
-  std::uint64_t id_;  // unique in the process: a thread's cursor names its ring by it
   std::size_t capacity_;
   std::size_t chunk_;
   std::size_t chunks_;
@@ -181,38 +230,107 @@ class history_ring {
   // The chunk let go part-filled last (its index + 1; 0: none): the next claim goes on in it,
   // so threads that end or move to other rings leave no slots unused.
   std::atomic<std::size_t> partial_{0};
+  std::atomic<std::size_t> refs_{1};  // the handle's count and each thread's place's
 };
 
-// What a thread knows of one ring it records into: the chunk it holds and the next slot in it.
-// Plain thread-local data (no guard on the path of an event); a thread keeps `table_size` of
-// them, the most recently used first, and lets the last go when a new ring comes.
+/**
+ * @brief Who records into rings, one at a time (a resource): the ring recorded into now, and an
+ * end to each recording after which no thread takes a new place in its ring.
+ *
+ * A writer reads active() and records into that ring later (a resource's allocation reads it
+ * before its driver call), so a stopped ring may still be written by a thread that has a place in
+ * it (that place keeps it alive), or be asked for one. stop() waits for the threads taking a place
+ * at that moment (a few atomic instructions; none waits on stop), so once it returns no thread
+ * takes a new place in the stopped ring, and the ring is freed when its handle and the places
+ * taken before are gone. start and stop are called one at a time (the resource's lock); active()
+ * and record from any thread.
+ */
+class history_owner {
+ public:
+  history_owner() = default;
+  ~history_owner();  ///< stops a recording still running
+  history_owner(history_owner const&)            = delete;
+  history_owner& operator=(history_owner const&) = delete;
+
+  /// @brief The ring recorded into now (null: none); record into it with this owner.
+  [[nodiscard]] history_ring* active() const noexcept
+  {
+    return active_.load(std::memory_order_acquire);
+  }
+  /// @brief Records into `ring` from now on. @throws std::logic_error while a recording runs.
+  void start(history_ring::handle ring);
+  /// @brief Ends the recording: its ring's handle, to read its events (null when none was
+  /// running). The calling thread's own place in the ring goes, so a thread that records and
+  /// stops in turn keeps none of its stopped rings.
+  [[nodiscard]] history_ring::handle stop() noexcept;
+
+ private:
+  friend class history_ring;
+  std::atomic<history_ring*> active_{nullptr};  // holds the count its start was handed
+  mutable std::atomic<std::uint64_t> joining_{0};  // threads taking a place in a ring of it now
+};
+
+// What a thread knows of one ring it records into: its place (counted by the ring, so the ring
+// outlives it), the chunk it holds and the next slot in it. Plain thread-local data (no guard on
+// the path of an event); a thread keeps `table_size` of them, the most recently used first, and
+// lets the last go when a new ring comes.
 struct history_cursor {
   static constexpr std::size_t table_size = 8;
 
-  std::uint64_t ring_id;          // 0: unused
-  history_ring* ring;             // dereferenced by its own record(), or under the registry lock
+  history_ring* ring;             // null: unused
   history_ring::slot* next_slot;  // null: no chunk held
   std::uint64_t next_event;       // the number the next event gets (unique: tickets are)
   history_ring::chunk_state* state;
   std::size_t left;  // slots left in the chunk
 
-  // This thread's cursor for `ring`, moved to the front (a ninth ring: the oldest goes).
-  static history_cursor& find(history_ring& ring) noexcept;
+  // This thread's cursor for `ring`, moved to the front; null: it has no place in it.
+  static history_cursor* find(history_ring const& ring) noexcept;
+  // A new cursor for `ring`, whose count the caller took, at the front (the last place goes).
+  static history_cursor& add(history_ring& ring) noexcept;
+  // Lets this thread's place in `ring` go, if it has one.
+  static void forget(history_ring const& ring) noexcept;
+  // Lets every place of this thread go (as it ends).
   static void let_go_all() noexcept;
-  // Lets go of `c`'s chunk if its ring is among `alive` (under the registry's lock); clears c.
-  static void forget(history_cursor& c, std::vector<history_ring*> const& alive) noexcept;
+  // Lets `c`'s chunk and its count go; clears c.
+  static void forget(history_cursor& c) noexcept;
 };
 
-/// @brief This thread's cursors (history_cursor): constant-initialized, so reading them calls
-/// no thread-local initializer.
-extern constinit thread_local history_cursor history_cursors[history_cursor::table_size];
+// A thread's part of the rings: the number of the event it recorded last, and its places. One
+// thread-local (one address to find), its first line holding both the number and the place of
+// the thread's latest ring.
+struct alignas(64) history_thread {
+  std::uint64_t last_event = history_no_event;
+  history_cursor cursors[history_cursor::table_size] = {};
+};
 
-inline void history_ring::record(history_event const& e) noexcept
+/// @brief This thread's history_thread: constant-initialized, so reading it calls no
+/// thread-local initializer.
+extern constinit thread_local history_thread history_this_thread;
+
+/// @brief Forgets the event this thread recorded last: history_last_event() says
+/// history_no_event until the thread records an event again. Call it before the call whose event
+/// is asked for after.
+inline void history_forget_last_event() noexcept
 {
-  // The thread's last ring, holding a chunk: nothing to look up or claim.
-  history_cursor* c = &history_cursors[0];
-  if (c->ring_id != id_ || c->next_slot == nullptr) [[unlikely]] {
-    c = place();
+  history_this_thread.last_event = history_no_event;
+}
+
+/// @brief The number (history_event::number) of the event this thread recorded last, in
+/// whichever ring; history_no_event when it recorded none since history_forget_last_event (an
+/// event the ring refused, or one its owner had stopped, gives no number).
+[[nodiscard]] inline std::uint64_t history_last_event() noexcept
+{
+  return history_this_thread.last_event;
+}
+
+inline void history_ring::record(history_event const& e, history_owner const* owner) noexcept
+{
+  history_thread& thread = history_this_thread;
+  // The thread's last ring, holding a chunk: nothing to look up or claim. (A place keeps its
+  // ring alive, so no other ring is at its address: comparing the pointers is exact.)
+  history_cursor* c = &thread.cursors[0];
+  if (c->ring != this || c->next_slot == nullptr) [[unlikely]] {
+    c = place(owner);
     if (c == nullptr) { return; }
   }
   slot& s                   = *c->next_slot;
@@ -232,7 +350,8 @@ inline void history_ring::record(history_event const& e) noexcept
                  (std::uint64_t{static_cast<std::uint32_t>(e.action)} << action_shift),
                std::memory_order_relaxed);
   s.seq.store(2 * event + 2, std::memory_order_release);
-  c->next_event = event + 1;
+  c->next_event      = event + 1;
+  thread.last_event = event;
   ++c->next_slot;
   if (--c->left == 0) { let_go(*c); }
 }
