@@ -318,12 +318,13 @@ void* pool_resource_base::allocate_sync(std::size_t bytes, std::size_t alignment
       "for the allocation would invalidate the capture; allocate on the capturing stream "
       "(allocate(stream, bytes)) instead"};
   }
+  // Relaxed: another capture (this thread's of another stream, or any thread's in global mode)
+  // would otherwise refuse the allocation on the per-thread stream and the wait, and be
+  // invalidated by them (the allocation's refusal measured on the H200).
+  relaxed_capture_guard guard;
   void* ptr = allocate(cuda::stream_ref{cudaStreamPerThread}, bytes, alignment);
   cudaError_t status{};
   {
-    // Relaxed: another capture (this thread's of another stream, or any thread's in global mode)
-    // would otherwise refuse the wait and be invalidated by it.
-    relaxed_capture_guard guard;
     blocking_region wait;
     status = cudaStreamSynchronize(cudaStreamPerThread);
   }
