@@ -146,15 +146,16 @@ def test_python_stacks_stay_with_their_allocations_when_the_ring_drops_older_one
 
 
 def test_python_stacks_from_several_threads_go_to_their_own_allocations(gpu):
-    # Two threads allocate and free on one stream, so the front cache hands each thread's freed
-    # block to the other: every allocation has the stack of the thread that made it (the size
-    # says which: both sizes are one class of the cache).
+    # Two threads allocate on one stream of an uncached pool, first in turn (each one's block is
+    # the block the other just freed: the pool reuses a block freed on the same stream), then at
+    # once: every allocation has the stack of the thread that made it (the size says which).
     import sys
 
-    mr = AsyncDeviceMR(pool="new", cache=64 * MiB)
+    mr = AsyncDeviceMR(pool="new")
     mr.release_gil = "always"  # the threads' allocations run at once
     s = Stream()
     n = 300
+    turns = [threading.Semaphore(1), threading.Semaphore(0)]  # in turn: 4096 first
 
     def allocate_4096():
         return mr.allocate(4096, s)
@@ -162,26 +163,35 @@ def test_python_stacks_from_several_threads_go_to_their_own_allocations(gpu):
     def allocate_4000():
         return mr.allocate(4000, s)
 
-    def work(allocate, size):
+    def in_turn(me, allocate, size):
+        for _ in range(n):
+            assert turns[me].acquire(timeout=30), "the other thread stopped"
+            mr.deallocate(allocate(), size, s)
+            turns[1 - me].release()
+
+    def at_once(allocate, size):
         for _ in range(n):
             mr.deallocate(allocate(), size, s)
+
+    def run(work, args):
+        ts = [threading.Thread(target=work, args=a) for a in args]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
 
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # hand the GIL over often
     try:
         with mr.record_history(max_events=1 << 16, stacks="python") as h:
-            ts = [threading.Thread(target=work, args=(allocate_4096, 4096)),
-                  threading.Thread(target=work, args=(allocate_4000, 4000))]
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join()
+            run(in_turn, [(0, allocate_4096, 4096), (1, allocate_4000, 4000)])
+            run(at_once, [(allocate_4096, 4096), (allocate_4000, 4000)])
     finally:
         sys.setswitchinterval(interval)
     made = [e for e in h.history().events if e["action"] in ("alloc", "cache_hit")]
-    assert len(made) == 2 * n
+    assert len(made) == 4 * n
     sizes_at = {}
-    for e in made:
+    for e in made[:2 * n]:
         sizes_at.setdefault(e["address"], set()).add(e["bytes"])
     assert any(len(sizes) == 2 for sizes in sizes_at.values()), "no block went between the threads"
     wrong = [e for e in made if frame_names(e)[:1] != [f"allocate_{e['bytes']}"]]
