@@ -49,9 +49,7 @@ void pool_resource_base::start_history(std::size_t max_events)
   } catch (...) {  // NOLINT(bugprone-empty-catch)
   }
   // The stamp's kind is decided (reading the kernel's clocksource) here, not at the first event.
-  history_stamp_converter const rate;
-  history_->read_period.store(rate.stamps_in(history_pool_read_ns), std::memory_order_relaxed);
-  history_->period_settled.store(rate.settled(), std::memory_order_relaxed);
+  history_->measure_read_period();
   history_->last_read.store(history_stamp(), std::memory_order_relaxed);
   history_->recordings.start(std::move(ring));
 }

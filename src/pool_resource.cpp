@@ -138,10 +138,7 @@ void pool_resource_base::note_read(history_ring& ring,
     read_pool = h.last_read.compare_exchange_strong(read_at, e.time_ns, std::memory_order_relaxed);
   }
   if (read_pool && !h.period_settled.load(std::memory_order_relaxed)) [[unlikely]] {
-    // The process's first moments: the counter's rate is measured over longer now.
-    history_stamp_converter const rate;
-    h.read_period.store(rate.stamps_in(history_pool_read_ns), std::memory_order_relaxed);
-    h.period_settled.store(rate.settled(), std::memory_order_relaxed);
+    h.measure_read_period();  // the process's first moments: the rate is measured over longer now
   }
   if (read_pool) {
     // Relaxed capture mode inside get_attribute: safe while any stream captures.

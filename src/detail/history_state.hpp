@@ -31,6 +31,15 @@ struct history_state {
   // process's first recording) each read of the pool takes it again.
   std::atomic<bool> period_settled{false};
   std::mutex lock;  // start, stop and reads of the events
+
+  // Sets read_period (and period_settled) from the counter's rate as measured now: at a
+  // recording's start, then at each read of the pool until the rate is settled.
+  void measure_read_period() noexcept
+  {
+    history_stamp_converter const rate;
+    read_period.store(rate.stamps_in(history_pool_read_ns), std::memory_order_relaxed);
+    period_settled.store(rate.settled(), std::memory_order_relaxed);
+  }
 };
 
 }  // namespace asyncmr::detail
