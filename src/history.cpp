@@ -144,11 +144,6 @@ std::uint64_t history_stamp_converter::stamps_in(std::uint64_t ns) const noexcep
                                     ns_elapsed_);
 }
 
-std::uint64_t history_stamps_in(std::uint64_t ns) noexcept
-{
-  return history_stamp_converter{}.stamps_in(ns);
-}
-
 // ---- the ring ----------------------------------------------------------------------------
 
 namespace {

@@ -157,7 +157,7 @@ TEST(HistoryStamp, ConvertsToTheSteadyClock)
   EXPECT_LT(a, b);
   EXPECT_LE(to_ns(first), to_ns(first + 1)) << "monotonic";
   if (!history_stamps_are_ticks()) { EXPECT_EQ(a, first) << "steady_clock stamps are already ns"; }
-  EXPECT_GE(history_stamps_in(100'000), 100'000U)
+  EXPECT_GE(history_stamp_converter{}.stamps_in(100'000), 100'000U)
     << "100 us span at least 100k stamps (nanoseconds, or ticks of a counter of >= 1 GHz)";
 }
 
@@ -189,13 +189,14 @@ stamped_instant stamp_and_clock()
 int check_the_first_stamps_of_a_process()
 {
   std::uint64_t const first  = history_stamp();  // the process's reference is taken now
-  std::uint64_t const period = history_stamps_in(100'000);  // what a first recording reads by
+  // What a first recording reads the pool by:
+  std::uint64_t const period = history_stamp_converter{}.stamps_in(100'000);
   stamped_instant const t0   = stamp_and_clock();
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   stamped_instant const t1  = stamp_and_clock();
   double const per_ns       = static_cast<double>(t1.stamp - t0.stamp) / (t1.ns - t0.ns);
   double const true_period  = 100'000 * per_ns;  // the stamps 100 us span, measured over 20 ms
-  std::uint64_t const later = history_stamps_in(100'000);
+  std::uint64_t const later = history_stamp_converter{}.stamps_in(100'000);
   history_stamp_converter const to_ns;
   double const span = static_cast<double>(to_ns(t1.stamp) - to_ns(t0.stamp));
   std::fprintf(stderr, "first recording's period %llu stamps, later %llu, true %.0f; 20 ms read "

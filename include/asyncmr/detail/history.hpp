@@ -116,7 +116,8 @@ class history_stamp_converter {
  public:
   history_stamp_converter() noexcept;  ///< reads the counters now
   [[nodiscard]] std::uint64_t operator()(std::uint64_t stamp) const noexcept;
-  /// @brief How many stamps `ns` nanoseconds span, at most (history_stamps_in).
+  /// @brief How many stamps span `ns` nanoseconds at most: `ns` when stamps are nanoseconds,
+  /// else at the rate measured (`ns` itself until it is settled).
   [[nodiscard]] std::uint64_t stamps_in(std::uint64_t ns) const noexcept;
   /// @brief Whether stamps_in uses the rate measured: stamps are nanoseconds, or the rate was
   /// measured over 100 us or more (the pairs' reads are ~40 ns apart: within 0.05%). Until then
@@ -128,10 +129,6 @@ class history_stamp_converter {
   bool ticks_;
   std::uint64_t tick0_, ns0_, ticks_elapsed_, ns_elapsed_;
 };
-
-/// @brief How many stamps span `ns` nanoseconds at most: `ns` when stamps are nanoseconds, else
-/// at the rate measured (`ns` itself until it is settled: history_stamp_converter::settled).
-[[nodiscard]] std::uint64_t history_stamps_in(std::uint64_t ns) noexcept;
 
 struct history_cursor;
 class history_owner;
