@@ -207,6 +207,13 @@ void front_cache::unbind(bucket& b) noexcept
   b.bound  = false;
 }
 
+void front_cache::retire(bucket& b) noexcept
+{
+  // Caller holds the registry lock and b.lock; b holds no block.
+  unbind(b);
+  spare_.push_back(&b);  // spare_ holds room for every bucket (reserved as one is made)
+}
+
 front_cache::bucket* front_cache::find_slow(stream_key stream) noexcept
 {
   bucket* found = nullptr;
@@ -226,10 +233,9 @@ front_cache::bucket* front_cache::find_slow(stream_key stream) noexcept
         by_key_.emplace(stream, found);  // allocates the map's node
       } catch (...) {
         // Out of host memory: a miss / a refusal (rule 5), and the bucket goes back to the
-        // spares it came from (spare_ holds room for every bucket: this allocates nothing).
+        // spares it came from (this allocates nothing).
         lock_scope const g{found->lock};
-        unbind(*found);
-        spare_.push_back(found);
+        retire(*found);
         return nullptr;
       }
     }

@@ -84,8 +84,7 @@ std::size_t front_cache::detach_stale() noexcept
     b->credit = 0;
     b->grant  = 0;
     if (b->blocks == 0 && b->parked_blocks == 0) {
-      unbind(*b);
-      spare_.push_back(b.get());  // capacity reserved when the bucket was made
+      retire(*b);
     }
   }
   epoch_.store(epoch + 1, std::memory_order_relaxed);
@@ -162,8 +161,7 @@ std::size_t front_cache::free_parked_impl(bool one,
       lock_scope const g{b.lock};
       if (b.bound && b.blocks == 0 && b.parked_blocks == 0 &&
           b.seen + 1 < epoch_.load(std::memory_order_relaxed)) {
-        unbind(b);
-        spare_.push_back(&b);  // capacity reserved when the bucket was made
+        retire(b);
       }
     }
   }

@@ -418,6 +418,7 @@ class front_cache {
   void reclaim_idle_credit(bucket const* except) noexcept;
   std::size_t park(bucket& b) noexcept;
   void unbind(bucket& b) noexcept;
+  void retire(bucket& b) noexcept;  // unbinds b and files it with the spares
   std::size_t free_parked_impl(bool one, std::uint64_t proven, stream_key stream, drain_fn f,
                                void* ctx) noexcept;
 
