@@ -11,27 +11,16 @@ import argparse
 import contextlib
 import math
 import os
-import re
 import sys
 from pathlib import Path
 
-
-class _Once(argparse.Action):
-    """Stores an option's value as argparse's default action does, but refuses the option given
-    again (argparse would keep the last value without a word)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        given = vars(namespace).setdefault("_given_once", {})
-        if self.dest in given:
-            raise argparse.ArgumentError(
-                self, f"given twice (first {given[self.dest]!r}, then {values!r})")
-        given[self.dest] = values
-        setattr(namespace, self.dest, values)
+from asyncmr._cli import OnceAction
+from asyncmr._validate import ascii_digits
 
 
 def _positive_int(text: str) -> int:
-    """A count of 1 or more, in ASCII digits (int() also reads other scripts' digits)."""
-    if not re.fullmatch(r"[0-9]+", text) or int(text) == 0:
+    """A count of 1 or more, in ASCII digits."""
+    if not ascii_digits(text) or int(text) == 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
     return int(text)
 
@@ -189,8 +178,8 @@ def main(argv: list[str] | None = None) -> int:
                                 f"{asyncmr.runtime_version() % 1000 // 10})")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run a small CuPy pipeline on each resource")
-    demo.add_argument("--elements", type=_positive_int, default=1 << 22, action=_Once)
-    demo.add_argument("--history", metavar="DIR", default=None, action=_Once,
+    demo.add_argument("--elements", type=_positive_int, default=1 << 22, action=OnceAction)
+    demo.add_argument("--history", metavar="DIR", default=None, action=OnceAction,
                       help="record the owned pool's run and write DIR/demo-history.pickle (a "
                            "PyTorch memory snapshot) and DIR/demo-timeline.png")
     sub.add_parser("bench", help="the benchmark, from a source checkout (GPU; "

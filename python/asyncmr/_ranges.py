@@ -5,11 +5,11 @@ Numba arrays, PyTorch tensors, ``rmm.DeviceBuffer``), or a list or tuple of thos
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from asyncmr._validate import ascii_digits
+
 _U64 = 1 << 64
-_ITEMSIZE = re.compile(r"[0-9]+")
 
 
 def _int(value: Any, what: str) -> int:
@@ -40,7 +40,7 @@ def _from_interface(obj: Any, where: str) -> tuple[int, int]:
     if any(n < 0 for n in shape):
         raise ValueError(f"asyncmr: {where} shape entries must be >= 0, got shape {shape}")
     typestr = str(cai.get("typestr", "|u1"))
-    if not _ITEMSIZE.fullmatch(typestr[2:]):
+    if not ascii_digits(typestr[2:]):
         raise ValueError(f"asyncmr: {where} has an unknown typestr {typestr!r}")
     itemsize = int(typestr[2:])
     strides = cai.get("strides")

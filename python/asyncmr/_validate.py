@@ -8,6 +8,13 @@ UINT64_MAX = 2**64 - 1
 POOL_NAMES = ("default", "current", "new")
 
 
+def ascii_digits(text: str) -> bool:
+    """Whether ``text`` is one or more ASCII digits: str.isdigit alone also takes superscripts
+    (which int() refuses), and it and str.isdecimal take other scripts' digits (which int()
+    reads)."""
+    return text.isascii() and text.isdigit()
+
+
 def ordinal(what: str, value) -> int:
     """A device ordinal or NUMA node: an int in [0, 2**31)."""
     if isinstance(value, bool) or not isinstance(value, int):

@@ -24,13 +24,13 @@ prefetching on; ``install`` puts an :class:`asyncmr.AsyncManagedMR` in the adapt
 
 from __future__ import annotations
 
-import re
 import runpy
 import sys
 from typing import Any
 
 import asyncmr
 from asyncmr import AsyncManagedMR
+from asyncmr._validate import ascii_digits
 
 __all__ = ["install", "main"]
 
@@ -76,9 +76,6 @@ USAGE = ("usage: python -m asyncmr cudf-pandas [--cache BYTES] [--reserve BYTES]
          "[--prefetch device|host|N] [--discard] (SCRIPT | -m MODULE) [ARGS...]")
 
 
-# ASCII digits only: str.isdigit also takes superscripts (which int() refuses), and it and
-# str.isdecimal take other scripts' digits (which int() reads).
-_NUMBER = re.compile(r"[0-9]+")
 _HELP = ("-h", "--help")
 
 
@@ -97,12 +94,12 @@ def _options(args: list[str]) -> tuple[dict[str, Any], list[str]]:
         value = args[0] if args else ""
         args = args[1:]
         if flag in ("--cache", "--reserve"):
-            if not _NUMBER.fullmatch(value):
+            if not ascii_digits(value):
                 raise ValueError(f"{flag} takes a number of bytes (0 or more), got {value!r}")
             options[flag[2:]] = int(value)
         elif value in ("device", "host"):
             options["prefetch"] = value
-        elif _NUMBER.fullmatch(value):
+        elif ascii_digits(value):
             options["prefetch"] = int(value)
         else:
             raise ValueError(f"--prefetch takes device, host or a device ordinal, got {value!r}")

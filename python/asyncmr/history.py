@@ -567,16 +567,16 @@ def plot(history_or_many: History | Mapping[str, History], out_path: str | os.Pa
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m asyncmr plot HISTORY [-o timeline.png] [--title T]``; ``argv`` is what follows
     ``plot``. Returns 0, or 2 when the file is not a history (or matplotlib is missing)."""
-    from asyncmr.__main__ import _Once  # an option given twice is refused, as for demo
+    from asyncmr._cli import OnceAction  # an option given twice is refused, as for demo
 
     parser = argparse.ArgumentParser(prog="python -m asyncmr plot", description=(
         "Draw a saved allocation history: the pool's reserved and used bytes and the front "
         "cache's bytes over time, with the phases; one lane per worker."))
     parser.add_argument("history", metavar="HISTORY",
                         help="a file written by History.save or asyncmr.history.save_many")
-    parser.add_argument("-o", "--output", default="timeline.png", action=_Once,
+    parser.add_argument("-o", "--output", default="timeline.png", action=OnceAction,
                         help="the PNG to write (default: timeline.png)")
-    parser.add_argument("--title", default=None, action=_Once, help="the figure's title")
+    parser.add_argument("--title", default=None, action=OnceAction, help="the figure's title")
     args = parser.parse_args(argv)
     try:
         data = _read(args.history)
