@@ -39,6 +39,29 @@ def test_mempool_cannot_be_built_directly():
             use()
 
 
+def test_the_resources_shared_base_cannot_be_built_empty():
+    # An instance with no C++ resource behind it crashed the interpreter at its first use
+    # (trim_to, cache_info, allocate: a null dereference; RMM's DeviceBuffer: an abort).
+    from asyncmr._core import _PoolResource
+
+    class Mine(_PoolResource):
+        pass
+
+    for make in (_PoolResource, lambda: _PoolResource.__new__(_PoolResource), Mine,
+                 lambda: Mine.__new__(Mine)):
+        with pytest.raises(TypeError, match="AsyncManagedMR, AsyncPinnedMR or AsyncDeviceMR"):
+            make()
+
+
+@pytest.mark.parametrize("cls", RESOURCES)
+def test_a_subclass_of_a_resource_is_built_as_the_resource(no_gpu, cls):
+    class Mine(cls):
+        pass
+
+    with pytest.raises(asyncmr.NoDeviceError):  # the resource's own path, not the guard's
+        Mine()
+
+
 def test_attribute_table_matches_the_driver_enum():
     names = [row.name for row in asyncmr.attribute_table]
     assert len(names) == len(set(names)) == 14
