@@ -46,6 +46,12 @@ cdef class _PoolResource(DeviceMemoryResource):
     Subclasses build their C++ resource from their options and call :meth:`_bind`.
     """
 
+    def __cinit__(self, *args, **kwargs):
+        # Only the three resources build a C++ resource (in their own __cinit__, after this one);
+        # any other instance would have none, and its first use would dereference null.
+        if not isinstance(self, (AsyncManagedMR, AsyncPinnedMR, AsyncDeviceMR)):
+            raise TypeError(f"asyncmr: {type(self).__name__} is not a resource of its own; make "
+                            "an AsyncManagedMR, AsyncPinnedMR or AsyncDeviceMR (or subclass one)")
 
     cdef _prepare(self, pool, release_threshold, cache, reserve, resource_options* options):
         """The options every resource takes, into ``options``: which pool (adopting an int or a
