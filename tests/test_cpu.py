@@ -4,6 +4,7 @@
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import rmm
 
@@ -127,7 +128,13 @@ def test_location_constructors():
     (lambda: AsyncManagedMR(cache=100), ValueError, "cache must be 0 .no cache. or a cap in"),
     (lambda: MemPool.import_fd(-1, Location.device(0), "device"), ValueError, "file descriptor"),
     (lambda: MemPool.import_fd("3", Location.device(0), "device"), TypeError, "fd must be an int"),
-    (lambda: asyncmr.export_pointer(0), TypeError, "non-zero int address"),
+    (lambda: asyncmr.export_pointer(0), ValueError, "ptr must be a non-zero 64-bit address"),
+    (lambda: asyncmr.export_pointer(-1), ValueError, "ptr must be a non-zero 64-bit address"),
+    (lambda: asyncmr.export_pointer(2**64), ValueError, "ptr must be a non-zero 64-bit address"),
+    (lambda: asyncmr.export_pointer("0x1000"), TypeError, "ptr must be a non-zero int address"),
+    (lambda: MemPool.create(Location.host(), "pinned", export_handle_types=0x7FFFFFFF),
+     ValueError, r"export_handle_types 0x7fffffff has bits no export handle type has "
+                 r"\(0x7ffffff6\); the types are posix_fd = 1, fabric = 8"),
     (lambda: MemPool.from_handle(0), ValueError, "non-zero"),
     (lambda: MemPool.from_handle("0x1"), TypeError, "pool handle must be an int"),
     (lambda: MemPool.from_handle(0x7F0000001000, owned="no"), TypeError,
@@ -148,6 +155,35 @@ def test_location_constructors():
     # ... and before prefetch="device" asks which device is current.
     (lambda: AsyncManagedMR(prefetch="device", accessible_from="bogus"), ValueError,
      "accessible_from must be 'all'"),
+    # The options only C++ judges are judged before either, too.
+    (lambda: AsyncDeviceMR(pool=0x7F0000001000, cache=1), ValueError,
+     r"cache must be 0 \(no cache\) or a cap in"),
+    (lambda: AsyncDeviceMR(pool=0x7F0000001000, release_threshold=0, reserve=10), ValueError,
+     r"reserve \(10 bytes\) is above the pool's release threshold \(0 bytes\)"),
+    (lambda: AsyncPinnedMR(pool=0x7F0000001000, numa_node=1 << 20), ValueError,
+     "numa_node: the host has no NUMA node 1048576"),
+    (lambda: AsyncManagedMR(pool=0x7F0000001000, discard=True), ValueError,
+     "discard needs a prefetch target"),
+    (lambda: AsyncManagedMR(cache=1, prefetch="device"), ValueError,
+     r"cache must be 0 \(no cache\) or a cap in"),
+    (lambda: AsyncManagedMR(location=Location.host_numa(0)), ValueError,
+     "managed pools are located on a device, the host, or nowhere"),
+    (lambda: AsyncManagedMR(location=Location.host_numa_current(), pool="new"), ValueError,
+     "managed pools are located on a device, the host, or nowhere"),
+    # accessible_from and MemPool.set_access's devices: ids, not bytes or a mapping's keys.
+    (lambda: AsyncPinnedMR(accessible_from=b"all"), TypeError,
+     "accessible_from must be 'all', a device id or a list of ids, got bytes"),
+    (lambda: AsyncPinnedMR(accessible_from={0: 1}), TypeError,
+     "accessible_from must be 'all', a device id or a list of ids, got dict"),
+    (lambda: MemPool.__new__(MemPool).set_access("bogus"), ValueError,
+     "devices must be 'all', a device id or a list of ids, got 'bogus'"),
+    # NumPy's integers count as ints, its bools and floats do not.
+    (lambda: AsyncDeviceMR(np.bool_(True)), TypeError, "device must be an int, got numpy.bool"),
+    (lambda: AsyncDeviceMR(release_threshold=np.float64(1)), TypeError,
+     "release_threshold must be an int number of bytes, got numpy.float64"),
+    (lambda: AsyncDeviceMR(np.int64(-1)), ValueError, r"device must be in \[0, 2\*\*31\)"),
+    (lambda: MemPool.from_handle(np.uint64(0)), ValueError, "non-zero"),
+    (lambda: Location.host_numa(np.int8(-1)), ValueError, "NUMA node must be in"),
 ])
 def test_bad_arguments_fail_before_cuda(call, exc, match):
     # These raise the same way with or without a GPU: validation runs first.
@@ -167,6 +203,33 @@ def test_bad_arguments_fail_before_cuda(call, exc, match):
 def test_no_gpu_message(no_gpu, call):
     with pytest.raises(asyncmr.NoDeviceError, match="no CUDA driver|no CUDA device|older than"):
         call()
+
+
+@pytest.mark.parametrize("call", [
+    lambda: AsyncDeviceMR(np.int64(0), release_threshold=np.uint64(1 << 30),
+                          cache=np.int32(1 << 20), reserve=np.uint8(0)),
+    lambda: AsyncManagedMR(prefetch=np.int64(0)),
+    lambda: AsyncPinnedMR(accessible_from=np.int64(0), numa_node=np.int8(0)),
+    lambda: AsyncPinnedMR(accessible_from=[np.int16(0)]),
+    lambda: MemPool.from_handle(np.uint64(0x7F0000001000)),
+])
+def test_numpy_integers_are_taken_where_ints_are(no_gpu, call):
+    # Valid: they pass every check and reach the device, which this machine lacks.
+    with pytest.raises(asyncmr.NoDeviceError):
+        call()
+
+
+def test_numpy_integers_make_locations_of_python_ints():
+    assert Location.device(np.int64(1)) == Location.device(1)
+    assert type(Location.host_numa(np.uint8(0)).id) is int
+
+
+def test_a_zero_size_pinned_block_makes_no_resource(no_gpu):
+    # It allocates nothing, so it asks for no pool: on a GPU the process-wide pinned resource
+    # would otherwise be made (raising the default pool's threshold, granting access).
+    block = asyncmr.PinnedBlock(0)
+    assert (block.ptr, block.size, block.mr) == (0, 0, None)
+    assert asyncmr.pinned._default_mr is None
 
 
 def test_no_gpu_error_is_not_rmms_misleading_message(no_gpu):

@@ -97,6 +97,44 @@ def test_an_array_interface_with_a_bad_shape_or_strides_is_refused(shape, stride
         asyncmr.prefetch([(8192, 16), bad], to="host")
 
 
+@pytest.mark.parametrize("data,strides,error,match", [
+    # A strided view's pointer is checked as a contiguous one's is, before it is used.
+    ((True, False), (1,), TypeError, r"the range pointer must be an int, got bool"),
+    ((4096.0, False), (1,), TypeError, r"the range pointer must be an int, got float"),
+    ((None, False), (1,), ValueError, r"the range is a null pointer of 8 bytes"),
+    ((), None, ValueError, r"malformed __cuda_array_interface__ data entry"),
+    ((4096, False, 1), (1,), ValueError, r"malformed __cuda_array_interface__ data entry"),
+])
+def test_an_array_interfaces_data_pointer_is_checked_before_it_is_used(data, strides, error,
+                                                                       match):
+    bad = _Interface(4096, (8,), typestr="|u1", strides=strides)
+    bad.__cuda_array_interface__["data"] = data
+    with pytest.raises(error, match=match):
+        ranges(bad)
+    with pytest.raises(error, match=match):
+        asyncmr.prefetch(bad, to="host")
+
+
+def test_numpy_integers_are_taken_as_ranges_and_targets():
+    np = pytest.importorskip("numpy")
+    assert ranges((np.uint64(4096), np.int32(16))) == [(4096, 16)]
+    assert ranges(_Interface(np.uint64(4096), (np.int64(2),))) == [(4096, 8)]
+    assert all(type(v) is int for v in ranges((np.uint64(4096), np.int32(16)))[0])
+    with pytest.raises(TypeError, match=r"must be a \(pointer, nbytes\) pair"):
+        ranges((np.bool_(True), 16))
+
+
+@pytest.mark.parametrize("call", [
+    lambda: asyncmr.prefetch((4096, 16), stream=None),
+    lambda: asyncmr.discard_and_prefetch((4096, 16), stream=None),
+    lambda: asyncmr.discard((4096, 16), stream=None),
+])
+def test_a_missing_stream_is_refused_before_cuda(call):
+    # to="device" asks the driver which device is current: the stream is checked first.
+    with pytest.raises(TypeError, match="stream"):
+        call()
+
+
 @pytest.mark.parametrize("typestr", ["<f-4", "<f+4", "<f 4", "<f\u0664"])
 def test_an_array_interface_item_size_must_be_decimal_digits(typestr):
     with pytest.raises(ValueError, match=rf"unknown typestr {re.escape(repr(typestr))}"):
