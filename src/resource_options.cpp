@@ -64,8 +64,9 @@ void check_reserve(std::size_t reserve, std::uint64_t threshold, std::uint64_t i
   }
 }
 
-// Every field, for the kind of memory the resource hands out; throws naming the first bad one.
-void check_options(allocation_type type, resource_options const& o)
+}  // namespace
+
+void check_fields(allocation_type type, resource_options const& o, bool prefetch_given)
 {
   // An explicit threshold below the reservation needs no pool (nor a GPU) to be judged.
   if (o.release_threshold) { check_reserve(o.reserve, *o.release_threshold, 0); }
@@ -78,6 +79,7 @@ void check_options(allocation_type type, resource_options const& o)
                                      ? "its pool is on the host; numa_node picks a NUMA node"
                                      : "its pool is on its device");
   }
+  if (o.location) { validate_combination(*o.location, type, o.source == pool_source::new_pool); }
   if (type != allocation_type::pinned && o.numa_node) {
     refuse_field(type, "numa_node", "only pinned pools are placed on a host NUMA node");
   }
@@ -93,29 +95,36 @@ void check_options(allocation_type type, resource_options const& o)
                                 std::to_string(*o.numa_node)};
   }
   if (o.numa_node) { detail::check_host_numa_node(*o.numa_node, "numa_node"); }
-  if (o.accessible_from) {
-    for (int const d : *o.accessible_from) { require_device(d); }
-  }
-  if (o.prefetch) {
-    if (type != allocation_type::managed) {
-      refuse_field(type, "prefetch", "only managed memory migrates");
-    }
-    check_prefetch_target(*o.prefetch);
+  if ((o.prefetch || prefetch_given) && type != allocation_type::managed) {
+    refuse_field(type, "prefetch", "only managed memory migrates");
   }
   if (o.discard) {
     if (type != allocation_type::managed) {
       refuse_field(type, "discard", "only managed memory migrates");
     }
-    if (!o.prefetch) {
+    if (!o.prefetch && !prefetch_given) {
       throw std::invalid_argument{
         "asyncmr: AsyncManagedMR's discard needs a prefetch target: it drops the old contents as "
         "an allocation is prefetched (a discard alone makes the next access fault its pages in)"};
     }
-    if (!can_discard()) {
-      throw unsupported_error{"asyncmr: AsyncManagedMR's discard needs the CUDA 13 build of "
-                              "asyncmr (asyncmr-cu13) on a CUDA 13 driver; this build is for "
-                              "CUDA " + version_string(versions().runtime)};
-    }
+  }
+}
+
+namespace {
+
+// Every field, for the kind of memory the resource hands out; throws naming the first bad one:
+// first what needs no driver (check_fields), then the devices and targets named.
+void check_options(allocation_type type, resource_options const& o)
+{
+  check_fields(type, o, false);
+  if (o.accessible_from) {
+    for (int const d : *o.accessible_from) { require_device(d); }
+  }
+  if (o.prefetch) { check_prefetch_target(*o.prefetch); }
+  if (o.discard && !can_discard()) {
+    throw unsupported_error{"asyncmr: AsyncManagedMR's discard needs the CUDA 13 build of "
+                            "asyncmr (asyncmr-cu13) on a CUDA 13 driver; this build is for "
+                            "CUDA " + version_string(versions().runtime)};
   }
 }
 

@@ -240,6 +240,8 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
     uint64_t c_failed_prefetches "asyncmr::failed_prefetches"()
     void validate_combination "asyncmr::detail::validate_combination"(
         const location_t&, AllocationType, cbool) except +translate_exception
+    void check_fields "asyncmr::detail::check_fields"(
+        AllocationType, const resource_options&, cbool) except +translate_exception
     exported_pointer c_export_pointer "asyncmr::export_pointer"(void*) except +translate_exception
 
 

@@ -77,7 +77,7 @@ cdef class _PoolResource(DeviceMemoryResource):
 
     cdef _adopt_pool(self):
         """The pool to adopt, if any, as ``_adopt``: an int handle is asked of the driver here,
-        after the subclass checked the rest of its arguments."""
+        after the subclass checked the rest of its arguments (``check_fields``)."""
         if self._adopted is None:
             return
         if not isinstance(self._adopted, MemPool):
@@ -392,18 +392,16 @@ cdef class AsyncManagedMR(_PoolResource):
                   prefetch=None, discard=False):
         cdef resource_options o
         if not isinstance(discard, bool):
-            kind = type(discard)  # NumPy's bool is named "bool" too: its module tells
-            named = kind.__name__ if kind.__module__ == "builtins" else \
-                f"{kind.__module__}.{kind.__qualname__}"
-            raise TypeError(f"discard must be a bool, got {named}")
+            raise TypeError(f"discard must be a bool, got {_validate.type_name(discard)}")
         self._prepare(pool, release_threshold, cache, reserve, &o)
         o.device = to_ordinal(device, "device")
         if location is not None:
             o.location = optional[location_t](to_location(location))
         o.accessible_from = to_devices(accessible_from)
-        if prefetch is not None:  # "device" may ask which device is current: checked last
-            o.prefetch = optional[location_t](_prefetch_target(prefetch, o.device))
         o.discard = discard
+        check_fields(AllocationType.managed, o, prefetch is not None)
+        if prefetch is not None:  # "device" may ask which device is current: after the checks
+            o.prefetch = optional[location_t](_prefetch_target(prefetch, o.device))
         self._adopt_pool()
         self.c_obj = make_resource[async_managed_memory_resource, resource_options](
             self._adopt, o)
@@ -457,6 +455,7 @@ cdef class AsyncPinnedMR(_PoolResource):
         self._prepare(pool, release_threshold, cache, reserve, &o)
         o.numa_node = to_ordinal(numa_node, "numa_node")
         o.accessible_from = to_devices(accessible_from)
+        check_fields(AllocationType.pinned, o, False)
         self._adopt_pool()
         self.c_obj = make_resource[async_pinned_memory_resource, resource_options](
             self._adopt, o)
@@ -494,6 +493,7 @@ cdef class AsyncDeviceMR(_PoolResource):
         cdef resource_options o
         self._prepare(pool, release_threshold, cache, reserve, &o)
         o.device = to_ordinal(device, "device")
+        check_fields(AllocationType.device, o, False)
         self._adopt_pool()
         self.c_obj = make_resource[async_device_memory_resource, resource_options](
             self._adopt, o)

@@ -48,6 +48,16 @@ struct resolved_pool {
 };
 
 /**
+ * @brief The checks of `options` for a resource handing out `type` memory that need no driver
+ * (fields the resource takes no, sizes, a managed location, NUMA nodes, `discard` without a
+ * prefetch target): bindings call it before they ask the driver anything (the current device,
+ * a pool handle's pool). `prefetch_given`: a prefetch target will be set once resolved.
+ * `resolve_pool` makes them again, with the checks that ask the driver.
+ * @throws std::invalid_argument naming the first bad field
+ */
+void check_fields(allocation_type type, resource_options const& options, bool prefetch_given);
+
+/**
  * @brief Checks `options` for a resource handing out `type` memory and obtains its pool: a new
  * or shared one, or `adopt` when given, with the release threshold and access policy applied.
  * Every argument is checked before the first change to a (possibly shared) pool, so a refused
