@@ -103,7 +103,7 @@ cdef location_t _prefetch_target(value, optional[int] device, name="prefetch") e
     elif value == "host":
         loc.kind = LocationKind.host
         loc.id = 0
-    elif isinstance(value, int) and not isinstance(value, bool):
+    elif _validate.integer(value) is not None:
         loc.kind = LocationKind.device
         loc.id = _validate.ordinal(name, value)
     else:

@@ -7,13 +7,15 @@ def export_pointer(ptr):
     pool created with export handle types) with :meth:`MemPool.import_pointer`. Export the
     pool (:meth:`MemPool.export_fd`) first: the driver refuses the allocations of a pool it has
     not exported. Do not free ``ptr`` before every importer has released its import."""
-    if isinstance(ptr, bool) or not isinstance(ptr, int) or not 0 < ptr < 2**64:
-        raise TypeError(f"ptr must be a non-zero int address, got {ptr!r}")
+    ptr = _validate.as_integer(ptr, "ptr", "a non-zero int address")
+    if not 0 < ptr < 2**64:
+        raise ValueError(f"ptr must be a non-zero 64-bit address, got {ptr}")
     cdef exported_pointer data = c_export_pointer(<void*><uintptr_t>ptr)
     return bytes([data.bytes[i] for i in range(64)])
 
 
 _EXPORT_HANDLES = {h.name: h for h in ExportHandle}
+_EXPORT_BITS = ", ".join(f"{h.name} = {int(h)}" for h in ExportHandle)
 
 
 def _export_handle_bits(value):
@@ -22,10 +24,15 @@ def _export_handle_bits(value):
         return 0
     if isinstance(value, str):
         value = [value]
-    if isinstance(value, int) and not isinstance(value, bool):
-        if not 0 <= value < 2**31:
-            raise ValueError(f"export_handle_types must be in [0, 2**31), got {value}")
-        return value
+    bits = _validate.integer(value)
+    if bits is not None:
+        if not 0 <= bits < 2**31:
+            raise ValueError(f"export_handle_types must be in [0, 2**31), got {bits}")
+        unknown = bits & ~sum(int(h) for h in ExportHandle)
+        if unknown:
+            raise ValueError(f"export_handle_types {bits:#x} has bits no export handle type has "
+                             f"({unknown:#x}); the types are {_EXPORT_BITS}")
+        return bits
     if isinstance(value, bool):
         raise TypeError("export_handle_types must be a name, names or an int, got bool")
     try:
@@ -108,8 +115,7 @@ cdef class ImportedAllocation:
 
 def _attribute_index(index):
     """A row of the attribute table, checked (an index outside it is a ValueError)."""
-    if isinstance(index, bool) or not isinstance(index, int):
-        raise TypeError(f"attribute index must be an int, got {type(index).__name__}")
+    index = _validate.as_integer(index, "attribute index")
     if not 0 <= index < attribute_count():
         raise ValueError(f"attribute index {index} is outside the table "
                          f"({attribute_count()} attributes)")

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, SupportsIndex
 
 from asyncmr._validate import ordinal as _ordinal
 
@@ -21,7 +21,7 @@ class Location(NamedTuple):
     id: int | None = None
 
     @classmethod
-    def device(cls, ordinal: int) -> Location:
+    def device(cls, ordinal: SupportsIndex) -> Location:
         """Memory of device ``ordinal``."""
         return cls("device", _ordinal("device ordinal", ordinal))
 
@@ -31,7 +31,7 @@ class Location(NamedTuple):
         return cls("host", None)
 
     @classmethod
-    def host_numa(cls, node: int) -> Location:
+    def host_numa(cls, node: SupportsIndex) -> Location:
         """Host memory on NUMA node ``node``."""
         return cls("host_numa", _ordinal("NUMA node", node))
 

@@ -166,7 +166,7 @@ cdef class MemPool:
 
         On a shared pool this changes access for every user in the process.
         """
-        all_devices, ids = _validate.devices(devices)
+        all_devices, ids = _validate.devices(devices, "devices")
         c_mode = _access_mode(mode)
         if all_devices:
             ids = list(range(require_cuda()))
@@ -224,8 +224,7 @@ cdef class MemPool:
         returned object: ``close()`` ends this process's import, never the exporter's pool.
         ``location`` and ``allocation_type`` are the exporter's. An imported pool cannot be
         allocated from; bring allocations in with :meth:`import_pointer`."""
-        if isinstance(fd, bool) or not isinstance(fd, int):
-            raise TypeError(f"fd must be an int file descriptor, got {type(fd).__name__}")
+        fd = _validate.as_integer(fd, "fd", "an int file descriptor")
         if not 0 <= fd < 2**31:
             raise ValueError(f"fd must be a file descriptor (>= 0), got {fd}")
         return MemPool.wrap(mem_pool.import_fd(fd, to_location(location), to_type(allocation_type)))

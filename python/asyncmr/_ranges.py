@@ -7,15 +7,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from asyncmr._validate import ascii_digits
+from asyncmr._validate import as_integer, ascii_digits, integer
 
 _U64 = 1 << 64
 
 
 def _int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"asyncmr: {what} must be an int, got {type(value).__name__}")
-    return value
+    return as_integer(value, f"asyncmr: {what}")
+
+
+def _is_pair(item: Any) -> bool:
+    return isinstance(item, tuple) and len(item) == 2 and all(
+        integer(v) is not None for v in item)
 
 
 def _pair(ptr: Any, nbytes: Any, where: str) -> tuple[int, int]:
@@ -35,7 +38,12 @@ def _from_interface(obj: Any, where: str) -> tuple[int, int]:
     cai = obj.__cuda_array_interface__
     if not isinstance(cai, dict) or "data" not in cai or "shape" not in cai:
         raise ValueError(f"asyncmr: {where} has a malformed __cuda_array_interface__")
-    ptr = cai["data"][0] if isinstance(cai["data"], (tuple, list)) else cai["data"]
+    data = cai["data"]
+    if isinstance(data, (tuple, list)) and len(data) != 2:
+        raise ValueError(f"asyncmr: {where} has a malformed __cuda_array_interface__ data entry "
+                         f"(a (pointer, read_only) pair), got {data!r}")
+    ptr = data[0] if isinstance(data, (tuple, list)) else data
+    ptr = 0 if ptr is None else _int(ptr, f"{where} pointer")
     shape = tuple(_int(n, f"{where} shape") for n in cai["shape"])
     if any(n < 0 for n in shape):
         raise ValueError(f"asyncmr: {where} shape entries must be >= 0, got shape {shape}")
@@ -49,7 +57,7 @@ def _from_interface(obj: Any, where: str) -> tuple[int, int]:
         if len(strides) != len(shape):
             raise ValueError(f"asyncmr: {where} strides {strides} do not match shape {shape}")
     if 0 in shape:
-        return _pair(ptr or 0, 0, where)
+        return _pair(ptr, 0, where)
     if strides is None:  # C-contiguous
         count = 1
         for n in shape:
@@ -67,14 +75,11 @@ def ranges(obj: Any) -> list[tuple[int, int]]:
     def one(item: Any, where: str) -> tuple[int, int]:
         if hasattr(item, "__cuda_array_interface__"):
             return _from_interface(item, where)
-        if isinstance(item, tuple) and len(item) == 2 and all(
-                isinstance(v, int) and not isinstance(v, bool) for v in item):
+        if _is_pair(item):
             return _pair(item[0], item[1], where)
         raise TypeError(f"asyncmr: {where} must be a (pointer, nbytes) pair or have "
                         f"__cuda_array_interface__, got {type(item).__name__}")
 
-    if isinstance(obj, (list, tuple)) and not (
-            isinstance(obj, tuple) and len(obj) == 2 and all(
-                isinstance(v, int) and not isinstance(v, bool) for v in obj)):
+    if isinstance(obj, (list, tuple)) and not _is_pair(obj):
         return [one(item, f"range {i}") for i, item in enumerate(obj)]
     return [one(obj, "the range")]

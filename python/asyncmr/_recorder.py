@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from os import PathLike
 from typing import Any
 
+from asyncmr import _validate
 from asyncmr._attributes import check_phase_name
 
 STACK_MODES = ("none", "python")
@@ -37,8 +38,7 @@ def _kind(mr: Any) -> str:
 
 def check_arguments(max_events: object, stacks: object) -> None:
     """Refuses a bad ``max_events`` or ``stacks`` (before anything records)."""
-    if isinstance(max_events, bool) or not isinstance(max_events, int):
-        raise TypeError(f"asyncmr: max_events must be an int, got {type(max_events).__name__}")
+    max_events = _validate.as_integer(max_events, "asyncmr: max_events")
     if not 1 <= max_events <= MAX_EVENTS:
         raise ValueError(f"asyncmr: max_events must be between 1 and {MAX_EVENTS}, "
                          f"got {max_events}")

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Mapping
+
 UINT64_MAX = 2**64 - 1
 #: The Python spellings of ``pool=`` that name a pool by its role.
 POOL_NAMES = ("default", "current", "new")
@@ -15,10 +18,34 @@ def ascii_digits(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+def type_name(value) -> str:
+    """The name an error gives ``value``'s type."""
+    kind = type(value)  # NumPy's bool is named "bool" too: its module tells
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def integer(value) -> int | None:
+    """``value`` as a Python int, or None when it is not an integer: an int or another integral
+    type (NumPy's integers), never a bool (of Python or NumPy) or a float."""
+    if isinstance(value, int):
+        return None if isinstance(value, bool) else int(value)
+    try:
+        return operator.index(value)  # NumPy's integers; a float or a NumPy bool refuses
+    except TypeError:
+        return None
+
+
+def as_integer(value, what: str, kind: str = "an int") -> int:
+    """``value`` as an int (see ``integer``), else TypeError naming ``what``."""
+    out = integer(value)
+    if out is None:
+        raise TypeError(f"{what} must be {kind}, got {type_name(value)}")
+    return out
+
+
 def ordinal(what: str, value) -> int:
     """A device ordinal or NUMA node: an int in [0, 2**31)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+    value = as_integer(value, what)
     if not 0 <= value < 2**31:
         raise ValueError(f"{what} must be in [0, 2**31), got {value}")
     return value
@@ -28,8 +55,7 @@ def size(name: str, value, *, optional: bool = True) -> int | None:
     """A byte count in [0, 2**64)."""
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int number of bytes, got {type(value).__name__}")
+    value = as_integer(value, name, "an int number of bytes")
     if not 0 <= value <= UINT64_MAX:
         raise ValueError(f"{name} must be in [0, 2**64), got {value}")
     return value
@@ -40,25 +66,27 @@ def device(value, what: str = "device") -> int | None:
     return None if value is None else ordinal(what, value)
 
 
-def devices(value) -> tuple[bool, list[int]]:
-    """``accessible_from``: "all", a device ordinal, or an iterable of ordinals.
+def devices(value, what: str = "accessible_from") -> tuple[bool, list[int]]:
+    """``accessible_from`` (or ``what``): "all", a device ordinal, or an iterable of ordinals
+    (not bytes, whose items are ints, nor a mapping, whose keys are).
 
     Returns (all_devices, ordinals).
     """
+    expected = f"{what} must be 'all', a device id or a list of ids"
     if isinstance(value, str):
         if value != "all":
-            raise ValueError(f"accessible_from must be 'all', a device id or a list of ids, got {value!r}")
+            raise ValueError(f"{expected}, got {value!r}")
         return True, []
-    if isinstance(value, int) and not isinstance(value, bool):
-        return False, [ordinal("accessible_from device", value)]
+    one = integer(value)
+    if one is not None:
+        return False, [ordinal(f"{what} device", one)]
+    if isinstance(value, (bytes, bytearray, memoryview, Mapping)):
+        raise TypeError(f"{expected}, got {type_name(value)}")
     try:
         items = list(value)
     except TypeError:
-        raise TypeError(
-            "accessible_from must be 'all', a device id or a list of ids, "
-            f"got {type(value).__name__}"
-        ) from None
-    return False, [ordinal("accessible_from device", d) for d in items]
+        raise TypeError(f"{expected}, got {type_name(value)}") from None
+    return False, [ordinal(f"{what} device", d) for d in items]
 
 
 def pool(value):
@@ -73,18 +101,17 @@ def pool(value):
                 f"pool must be 'default', 'current', 'new', an int handle or a MemPool, got {value!r}"
             )
         return value, None
-    if isinstance(value, bool) or not isinstance(value, int):
+    if integer(value) is None:
         raise TypeError(
             "pool must be 'default', 'current', 'new', an int handle or a MemPool, "
-            f"got {type(value).__name__}"
+            f"got {type_name(value)}"
         )
     return None, handle(value)
 
 
 def handle(value) -> int:
     """A ``cudaMemPool_t`` as an int: non-zero, 64-bit."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"pool handle must be an int address, got {type(value).__name__}")
+    value = as_integer(value, "pool handle", "an int address")
     if not 0 < value <= UINT64_MAX:
         raise ValueError(f"pool handle must be a non-zero 64-bit address, got {value}")
     return value

@@ -45,6 +45,7 @@ except ImportError as _missing:  # pragma: no cover - depends on the environment
         f"asyncmr.cupy needs CuPy (pip install cupy-cuda{runtime_version() // 1000}x, the CuPy "
         "of this build's CUDA major, or asyncmr's [demo] extra)") from _missing
 
+from asyncmr import _validate
 from asyncmr.pinned import PinnedBlock, _check_mr, _check_size, default_pinned_mr
 
 __all__ = [
@@ -154,8 +155,7 @@ def pinned_memory_pointer(block: PinnedBlock, offset: int = 0) -> PinnedMemoryPo
     its allocation, alive), ``offset`` bytes into it."""
     if not isinstance(block, PinnedBlock):
         raise TypeError(f"block must be an asyncmr.PinnedBlock, got {type(block).__name__}")
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        raise TypeError(f"offset must be an int, got {type(offset).__name__}")
+    offset = _validate.as_integer(offset, "offset")
     if not 0 <= offset <= block.size:
         raise ValueError(f"offset must be in [0, {block.size}], got {offset}")
     return PinnedMemoryPointer(block, offset)
