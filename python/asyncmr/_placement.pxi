@@ -31,8 +31,8 @@ def prefetch(obj, to="device", Stream stream=DEFAULT_STREAM):
     before it are already queued).
     """
     cdef vector[memory_range] rs = _as_ranges(obj)
+    stream = as_stream(stream)  # before the target, which may ask the driver (the current device)
     cdef location_t where = _placement_target(to)
-    stream = as_stream(stream)
     cdef uintptr_t s = <uintptr_t>stream._cuda_stream
     with nogil:
         prefetch_ranges(rs, where, s)
@@ -55,8 +55,8 @@ def discard_and_prefetch(obj, to="device", Stream stream=DEFAULT_STREAM):
     """Discard managed memory and prefetch it to ``to`` in one driver call: for memory about to
     be overwritten where it will be used. As :func:`discard` and :func:`prefetch`."""
     cdef vector[memory_range] rs = _as_ranges(obj)
+    stream = as_stream(stream)  # before the target, which may ask the driver (the current device)
     cdef location_t where = _placement_target(to)
-    stream = as_stream(stream)
     cdef uintptr_t s = <uintptr_t>stream._cuda_stream
     with nogil:
         discard_and_prefetch_ranges(rs, where, s)
