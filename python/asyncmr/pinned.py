@@ -283,11 +283,12 @@ class PinnedBlock:
     def _allocate(self, nbytes, mr, stream, synchronize):
         self.ptr = 0  # __del__ frees nothing unless the allocation below succeeded
         self.size = 0
-        self.mr = default_pinned_mr() if mr is None else mr
-        if nbytes == 0:
+        if nbytes == 0:  # allocates nothing: no resource made, no CUDA call
+            self.mr = mr
             self.stream = stream
             self.device = None
             return
+        self.mr = default_pinned_mr() if mr is None else mr
         device = current_device()
         if stream is None:
             stream = private_stream(device)
