@@ -166,7 +166,7 @@ cdef class MemPool:
 
         On a shared pool this changes access for every user in the process.
         """
-        all_devices, ids = _validate.devices(devices, "devices")
+        all_devices, ids = _validate.devices(devices, "devices", "device")
         c_mode = _access_mode(mode)
         if all_devices:
             ids = list(range(require_cuda()))

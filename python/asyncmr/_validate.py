@@ -66,9 +66,11 @@ def device(value, what: str = "device") -> int | None:
     return None if value is None else ordinal(what, value)
 
 
-def devices(value, what: str = "accessible_from") -> tuple[bool, list[int]]:
-    """``accessible_from`` (or ``what``): "all", a device ordinal, or an iterable of ordinals
-    (not bytes, whose items are ints, nor a mapping, whose keys are).
+def devices(value, what: str = "accessible_from",
+            item: str = "accessible_from device") -> tuple[bool, list[int]]:
+    """``accessible_from`` (or ``what``, each of its ordinals named ``item``): "all", a device
+    ordinal, or an iterable of ordinals (not bytes, whose items are ints, nor a mapping, whose
+    keys are).
 
     Returns (all_devices, ordinals).
     """
@@ -79,14 +81,14 @@ def devices(value, what: str = "accessible_from") -> tuple[bool, list[int]]:
         return True, []
     one = integer(value)
     if one is not None:
-        return False, [ordinal(f"{what} device", one)]
+        return False, [ordinal(item, one)]
     if isinstance(value, (bytes, bytearray, memoryview, Mapping)):
         raise TypeError(f"{expected}, got {type_name(value)}")
     try:
         items = list(value)
     except TypeError:
         raise TypeError(f"{expected}, got {type_name(value)}") from None
-    return False, [ordinal(f"{what} device", d) for d in items]
+    return False, [ordinal(item, d) for d in items]
 
 
 def pool(value):

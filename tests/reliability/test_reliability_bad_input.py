@@ -423,7 +423,7 @@ CASES = [
     C("access-out-of-range", lambda c: c.pool.access(TOO_MANY), ValueError,
       rf"device {TOO_MANY} does not exist", setup=default_pool(DEV0, "device")),
     C("set-access-negative", lambda c: c.pool.set_access(-1), ValueError,
-      r"accessible_from device must be in \[0, 2\*\*31\), got -1",
+      r"device must be in \[0, 2\*\*31\), got -1",
       setup=default_pool(HOST, "pinned")),
     # A NUMA node the host lacks is refused before the driver, which would say only
     # cudaErrorInvalidValue.
