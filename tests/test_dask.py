@@ -93,6 +93,55 @@ def test_plugin_on_a_worker_without_gpu(no_gpu):
             amd.pool_state(client)
 
 
+def _mark(tag, dask_worker):  # a phase's start on a worker: fails where told to
+    if dask_worker.name == "refuses":
+        raise RuntimeError(f"refused {tag}")
+    dask_worker._asyncmr_test_open = getattr(dask_worker, "_asyncmr_test_open", set()) | {tag}
+    return dask_worker.address
+
+
+def _unmark(tag, dask_worker):
+    dask_worker._asyncmr_test_open.remove(tag)  # KeyError where nothing was opened
+    return {"worker": dask_worker.address}
+
+
+def test_workers_open_and_close_together_and_only_where_they_opened():
+    # The helpers both phases and recordings use, on a real (CPU) cluster: a start that fails
+    # on one worker is undone on the others; the end asks exactly the workers that started, not
+    # one that joined since.
+    import dask
+    from distributed import Client, LocalCluster, Worker
+
+    with LocalCluster(n_workers=0, processes=False, **CLUSTER) as cluster, \
+            Client(cluster) as client:
+        ok = client.sync(lambda: Worker(cluster.scheduler_address, name="ok", nthreads=1))
+        bad = client.sync(lambda: Worker(cluster.scheduler_address, name="refuses", nthreads=1))
+        try:
+            with pytest.raises(RuntimeError, match="refused one"):
+                amd._open_on_workers(client, None, _mark, _unmark, "one")
+            assert ok._asyncmr_test_open == set()  # undone where it ran
+            opened = amd._open_on_workers(client, [ok.address], _mark, _unmark, "two")
+            assert opened == [ok.address]
+            late = client.sync(lambda: Worker(cluster.scheduler_address, name="late",
+                                              nthreads=1))
+            client.wait_for_workers(3)
+            answers, errors = amd._close_on_workers(client, opened, _unmark, "two")
+            assert answers == {ok.address: {"worker": ok.address}} and errors == {}
+            assert not hasattr(late, "_asyncmr_test_open")
+            # A worker that left is reported, and the others' answers kept.
+            amd._open_on_workers(client, [ok.address, late.address], _mark, _unmark, "three")
+            client.sync(late.close)
+            while late.address in client.scheduler_info()["workers"]:
+                time.sleep(0.01)
+            with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):  # it is gone
+                answers, errors = amd._close_on_workers(client, [ok.address, late.address],
+                                                        _unmark, "three")
+            assert list(answers) == [ok.address] and list(errors) == [late.address], errors
+        finally:
+            for w in (ok, bad):
+                client.sync(w.close)
+
+
 # ---- GPU -----------------------------------------------------------------------------------
 
 @pytest.fixture
@@ -262,6 +311,47 @@ def test_a_clusters_histories_are_gathered_into_one_file(cuda_cluster, tmp_path)
     assert list(load_many(path)) == [address]
     with amd.record_history(client):  # the outer one stopped cleanly: a new one starts
         pass
+
+
+async def _start_nanny(address):
+    from distributed import Nanny
+
+    return await Nanny(address, nthreads=1, silence_logs=40)
+
+
+def test_a_worker_joining_during_a_recording_and_a_phase_loses_no_ones_results(cuda_cluster):
+    # Both used to end on every worker there was at the end: the one that joined had nothing
+    # open, and its LookupError threw away every other worker's history (already stopped).
+    client = cuda_cluster(1)
+    client.register_plugin(amd.AsyncMRPlugin("device", pool="new"))
+    first, = client.scheduler_info()["workers"]
+
+    def touch(nbytes, dask_worker):
+        mr = amd.worker_resource(dask_worker)
+        mr.deallocate(mr.allocate(nbytes), nbytes)
+
+    with amd.record_history(client) as h, amd.track_peaks(client) as phase:
+        client.run(touch, 4 << 20)
+        nanny = client.sync(_start_nanny, client.scheduler.address)
+        try:
+            client.wait_for_workers(2, timeout=180)
+            joined = set(client.scheduler_info()["workers"]) - {first}
+            client.run(touch, 1 << 20)  # the new worker has the plugin's resource too
+        except BaseException:
+            client.sync(nanny.close)
+            raise
+    try:
+        assert len(joined) == 1
+        assert list(h.histories) == [first] and h.failed == {}, (h.histories, h.failed)
+        assert any(e["action"] == "alloc" and e["bytes"] == 4 << 20
+                   for e in h.histories[first].events)
+        assert list(phase.by_worker) == [first] and phase.failed == {}, phase.failed
+        assert phase.by_worker[first][0] >= 4 << 20, phase.by_worker
+        # Nothing was left open anywhere, the new worker included.
+        assert set(client.run(lambda dask_worker: len(amd._RECORDINGS) + len(amd._PHASES))
+                   .values()) == {0}
+    finally:
+        client.sync(nanny.close)
 
 
 def test_rmm_pool_size_conflicts_unless_replaced(cuda_cluster):
