@@ -412,10 +412,41 @@ def peaks(client, *, name: str = DEFAULT_NAME, workers=None):
     return _table(_run(client, _peaks_on_worker, name, workers=workers))
 
 
+def _open_on_workers(client, workers, start, stop, *args, stop_args=None) -> list[str]:
+    """Runs ``start(*args)`` on the workers (all of them: None) and returns the addresses where
+    it ran. If it failed anywhere, ``stop(*stop_args)`` (default: ``args``) undoes it where it
+    ran, and only there (another phase or recording may be open on the others), so a retry
+    starts clean; then the first error is raised."""
+    got = client.run(start, *args, workers=workers, on_error="return")
+    opened = [a for a, r in got.items() if not isinstance(r, BaseException)]
+    errors = [r for r in got.values() if isinstance(r, BaseException)]
+    if errors:
+        if opened:
+            client.run(stop, *(args if stop_args is None else stop_args), workers=opened)
+        raise errors[0]
+    return opened
+
+
+def _close_on_workers(client, opened, stop, *args) -> tuple[dict, dict]:
+    """Runs ``stop(*args)`` on exactly the workers ``_open_on_workers`` opened (a worker that
+    joined since has nothing open): (its answers, its errors), each by address. A worker that
+    left since is among the errors; the others' answers are kept."""
+    if not opened:
+        return {}, {}
+    got = client.run(stop, *args, workers=opened, on_error="return")
+    answers = {a: r for a, r in got.items() if not isinstance(r, BaseException)}
+    errors = {a: r for a, r in got.items() if isinstance(r, BaseException)}
+    errors.update({a: LookupError(f"asyncmr: worker {a} left the cluster")
+                   for a in opened if a not in got})
+    return answers, errors
+
+
 class PhasePeaks:
     """``with track_peaks(client) as phase: ...``; afterwards ``phase.table`` holds each
     worker's peaks of the phase (see :func:`peaks`) and ``phase.by_worker`` maps a worker's
-    address to ``(used_mem_high, reserved_mem_high)``.
+    address to ``(used_mem_high, reserved_mem_high)``. The phase is the workers' that opened
+    it: one that joins during it is not asked, one that fails to close it (it left the
+    cluster) is in ``phase.failed`` with the error, the others are reported.
 
     Each worker holds a peak tracker for the phase (``mr.track_peak()``), so phases may be
     nested or run at once from several clients: each reports its own peak, an outer one at least
@@ -427,28 +458,21 @@ class PhasePeaks:
         self._open: list[str] = []
         self.table = None
         self.by_worker: dict[str, tuple[int, int]] = {}
+        self.failed: dict[str, BaseException] = {}
 
     def __enter__(self):
         if self._open or self.table is not None:
             raise RuntimeError("asyncmr: a phase is used once; make another with "
                                "track_peaks(client)")
-        got = self._client.run(_open_phase_on_worker, self._name, self._phase,
-                               workers=self._workers, on_error="return")
-        self._open = [a for a, r in got.items() if not isinstance(r, BaseException)]
-        errors = [r for r in got.values() if isinstance(r, BaseException)]
-        if errors:
-            # The workers that did open the phase close it again, so nothing is left open.
-            if self._open:
-                self._client.run(_close_phase_on_worker, self._name, self._phase,
-                                 workers=self._open)
-            self._open = []
-            raise errors[0]
+        self._open = _open_on_workers(self._client, self._workers, _open_phase_on_worker,
+                                      _close_phase_on_worker, self._name, self._phase)
         return self
 
     def __exit__(self, *exc):
         opened, self._open = self._open, []
-        rows = _run(self._client, _close_phase_on_worker, self._name, self._phase,
-                    workers=opened)
+        got, self.failed = _close_on_workers(self._client, opened, _close_phase_on_worker,
+                                             self._name, self._phase)
+        rows = list(got.values())
         self.by_worker = {r["worker"]: (r["used_mem_high"], r["reserved_mem_high"])
                           for r in rows}
         self.table = _table(rows)
@@ -475,7 +499,10 @@ def trim_to(client, min_bytes_to_keep: int = 0, *, name: str = DEFAULT_NAME, wor
 class ClusterHistory:
     """``with record_history(client) as h: ...``; afterwards ``h.histories`` maps each worker's
     address to its :class:`asyncmr.history.History`, and ``h.save(path)`` writes them into one
-    file that ``python -m asyncmr plot`` draws one lane per worker."""
+    file that ``python -m asyncmr plot`` draws one lane per worker. The recording is the
+    workers' that started it: one that joins during it records nothing, one whose history could
+    not be gathered (it left the cluster) is in ``h.failed`` with the error, and the others'
+    histories are kept."""
 
     def __init__(self, client, name: str, workers, max_events: int, stacks: str):
         from asyncmr._recorder import check_arguments
@@ -483,25 +510,24 @@ class ClusterHistory:
         check_arguments(max_events, stacks)
         self._client, self._name, self._workers = client, name, workers
         self._max_events, self._stacks = max_events, stacks
+        self._open: list[str] = []
         self.histories: dict = {}
+        self.failed: dict[str, BaseException] = {}
 
     def __enter__(self):
-        got = self._client.run(_start_history_on_worker, self._name, self._max_events,
-                               self._stacks, workers=self._workers, on_error="return")
-        errors = [r for r in got.values() if isinstance(r, BaseException)]
-        if errors:
-            # The workers that did start stop again (and only those: another recording may
-            # be running on the others), so a retry starts clean.
-            started = [a for a, r in got.items() if not isinstance(r, BaseException)]
-            if started:
-                self._client.run(_stop_history_on_worker, self._name, workers=started)
-            raise errors[0]
+        if self._open:
+            raise RuntimeError("asyncmr: this recording is running already")
+        self._open = _open_on_workers(self._client, self._workers, _start_history_on_worker,
+                                      _stop_history_on_worker, self._name, self._max_events,
+                                      self._stacks, stop_args=(self._name,))
         return self
 
     def __exit__(self, *exc):
         from asyncmr.history import History
 
-        got = self._client.run(_stop_history_on_worker, self._name, workers=self._workers)
+        opened, self._open = self._open, []
+        got, self.failed = _close_on_workers(self._client, opened, _stop_history_on_worker,
+                                             self._name)
         self.histories = {address: History(data["header"], data["events"])
                           for address, data in sorted(got.items())}
         return False
