@@ -227,6 +227,9 @@ def test_closing_the_pool_stops_the_resource(gpu):
         mr.attributes.release_threshold
     with pytest.raises(RuntimeError, match="closed"):
         mr.allocate(1024)
+    # Its repr still answers (a log line or a debugger must not raise), naming the closed pool.
+    assert repr(mr) == ("AsyncDeviceMR(allocation_type='device', location=Location.device(0), "
+                        "owns_pool=True, pool_handle=<closed>)")
 
 
 @pytest.mark.parametrize("kind", list(MAKERS))
