@@ -331,9 +331,11 @@ cdef class _PoolResource(DeviceMemoryResource):
         return PeakTracker(self.pool, name, self._recorder)
 
     def __repr__(self):
+        # Answers after the pool was closed too (a log line or a debugger must not raise).
+        handle = "<closed>" if self.pool.closed else f"{self.pool_handle:#x}"
         return (f"{type(self).__name__}(allocation_type={self.allocation_type!r}, "
                 f"location={self.location!r}, owns_pool={self.owns_pool}, "
-                f"pool_handle={self.pool_handle:#x})")
+                f"pool_handle={handle})")
 
 
 cdef class AsyncManagedMR(_PoolResource):
