@@ -7,8 +7,10 @@
 
 #include "test_support.hpp"
 
+#include <atomic>
 #include <optional>
 #include <stdexcept>
+#include <thread>
 
 namespace asyncmr::test {
 namespace {
@@ -342,6 +344,106 @@ TEST_F(MemPoolTest, ClosingTheCurrentOwnedPoolRoutesItsLocationBackToTheDefault)
   pool.close();
   EXPECT_EQ(driver_current_pool(loc, allocation_type::device),
             driver_default_pool(loc, allocation_type::device));
+}
+
+// ---- races between close and the other calls -------------------------------------------------
+
+namespace {
+// Runs `a` and `b` on two threads released together, and waits for both.
+template <class A, class B>
+void at_once(A&& a, B&& b)
+{
+  std::atomic<int> ready{0};
+  auto start = [&ready] {
+    ready.fetch_add(1);
+    while (ready.load() < 2) {}
+  };
+  std::thread ta{[&] { start(); a(); }};
+  std::thread tb{[&] { start(); b(); }};
+  ta.join();
+  tb.join();
+}
+}  // namespace
+
+TEST_F(MemPoolTest, MakeCurrentRacingCloseNeverLeavesTheClosedPoolCurrent)
+{
+  // make_current read the handle, then asked several questions, then set it current; a close
+  // in between found the pool not current yet (no reroute) and destroyed it: every later
+  // cudaMallocAsync of the process would use a destroyed pool.
+  auto const loc = location::device(0);
+  auto const t   = allocation_type::device;
+  for (int round = 0; round < 300; ++round) {
+    auto pool             = mem_pool::create(pool_properties{});
+    cudaMemPool_t const h = pool.handle();
+    mem_pool const other  = pool;  // the same pool, through another copy
+    at_once(
+      [&] {
+        try {
+          static_cast<void>(other.make_current());
+        } catch (pool_closed_error const&) {  // closed first: refused, as it must be
+        }
+      },
+      [&] { pool.close(); });
+    ASSERT_NE(driver_current_pool(loc, t), h) << "round " << round;
+    static_cast<void>(mem_pool::default_pool(loc, t).make_current());
+  }
+}
+
+TEST_F(MemPoolTest, AdoptingOneHandleAsOwnedTwiceAtOnceMakesOneOwner)
+{
+  // Two adoptions each registered a state of their own: closing one left the other open on a
+  // destroyed pool, and both would destroy it.
+  for (int round = 0; round < 100; ++round) {
+    cudaMemPoolProps props{};
+    props.allocType     = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id   = 0;
+    cudaMemPool_t h     = nullptr;
+    ASSERT_EQ(cudaSuccess, cudaMemPoolCreate(&h, &props));
+    std::optional<mem_pool> a, b;
+    at_once([&] { a.emplace(mem_pool::from_handle(h, true)); },
+            [&] { b.emplace(mem_pool::from_handle(h, true)); });
+    a->close();
+    ASSERT_TRUE(b->closed()) << "round " << round << ": two owners of one pool";
+  }
+}
+
+namespace {
+std::atomic<std::thread::id> paused_thread{};
+std::atomic<int> pause_state{0};  // 1: the paused thread holds a handle; 2: it may go on
+
+void pause_while_holding_a_handle() noexcept
+{
+  if (std::this_thread::get_id() != paused_thread.load()) { return; }
+  pause_state.store(1);
+  while (pause_state.load() != 2) { std::this_thread::yield(); }
+}
+}  // namespace
+
+TEST_F(MemPoolTest, APoolClosedDuringAnAttributeReadIsParkedUntilTheReadEnds)
+{
+  // Only allocations were counted in flight: a close between another call's reading of the
+  // handle and its driver call destroyed the pool under that call.
+  auto const before = testing::parked_pools();
+  auto pool         = mem_pool::create(pool_properties{});
+  mem_pool const reader = pool;
+  pause_state.store(0);
+  testing::set_pool_use_hook(&pause_while_holding_a_handle);  // pauses only the reader's thread
+  std::uint64_t used = 1;
+  std::thread t{[&] {
+    paused_thread.store(std::this_thread::get_id());
+    used = reader.get<attr::used_mem_current>();
+  }};
+  while (pause_state.load() != 1) { std::this_thread::yield(); }
+  pool.close();
+  EXPECT_EQ(testing::parked_pools(), before + 1) << "destroyed while a call held its handle";
+  pause_state.store(2);
+  t.join();
+  testing::set_pool_use_hook(nullptr);
+  paused_thread.store(std::thread::id{});
+  EXPECT_EQ(used, 0U);
+  EXPECT_EQ(testing::parked_pools(), before) << "not destroyed once the call ended";
+  EXPECT_THROW(static_cast<void>(reader.get<attr::used_mem_current>()), pool_closed_error);
 }
 
 // ---- access ----------------------------------------------------------------------------------
