@@ -57,7 +57,8 @@ exported_pointer export_pointer(void* ptr)
 
 int mem_pool::export_fd() const
 {
-  cudaMemPool_t const h = handle();
+  detail::pool_use const use{*state_};
+  cudaMemPool_t const h = use.handle();
   if (state_->props &&
       (state_->props->export_handle_types & static_cast<int>(export_handle::posix_fd)) == 0) {
     throw std::invalid_argument{
@@ -122,21 +123,29 @@ std::size_t mapped_bytes(void* ptr) noexcept
 {
   constexpr int range_start = 11;  // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
   constexpr int range_size  = 12;  // CU_POINTER_ATTRIBUTE_RANGE_SIZE
-  auto const address = static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(ptr));
   unsigned long long start = 0;
   std::size_t size         = 0;
   if (detail::pointer_attribute(&start, range_start, ptr) != 0 ||
-      detail::pointer_attribute(&size, range_size, ptr) != 0 || start > address) {
+      detail::pointer_attribute(&size, range_size, ptr) != 0) {
     return 0;
   }
-  return size - static_cast<std::size_t>(address - start);
+  return detail::bytes_from(start, size, reinterpret_cast<std::uintptr_t>(ptr));
 }
 
 }  // namespace
 
+std::size_t detail::bytes_from(std::uint64_t start, std::uint64_t size, std::uint64_t address) noexcept
+{
+  // A range that does not hold the address (a pinned pool block's start is not the block:
+  // docs/DRIVER_FACTS.md) says nothing about it; its size less the offset would wrap.
+  if (address < start || address - start >= size) { return 0; }
+  return static_cast<std::size_t>(size - (address - start));
+}
+
 imported_allocation mem_pool::import_pointer(exported_pointer const& data) const
 {
-  cudaMemPool_t const h = handle();
+  detail::pool_use const use{*state_};
+  cudaMemPool_t const h = use.handle();
   if (!state_->imported) {
     throw std::invalid_argument{
       "asyncmr: import_pointer needs an imported pool (mem_pool::import_fd)"};
@@ -145,10 +154,14 @@ imported_allocation mem_pool::import_pointer(exported_pointer const& data) const
   std::memcpy(&raw, data.bytes, sizeof raw);
   void* ptr = nullptr;
   cudaError_t status{};
+  // Counted before the import exists (and for as long as it lives): a close() from now on
+  // parks the pool instead of destroying the import under it.
+  state_->live_imports.fetch_add(1);
   {
     detail::relaxed_capture_guard guard;
     status = cudaMemPoolImportPointer(&ptr, h, &raw);
   }
+  if (status != cudaSuccess) { state_->live_imports.fetch_sub(1); }
   if (status == cudaErrorInvalidValue) {
     detail::clear_own_error(status);
     throw std::invalid_argument{
@@ -157,7 +170,6 @@ imported_allocation mem_pool::import_pointer(exported_pointer const& data) const
       "this one imports"};
   }
   if (status != cudaSuccess) { detail::throw_cuda_error(status, "cudaMemPoolImportPointer"); }
-  state_->live_imports.fetch_add(1);  // counted before anything else can fail
   return imported_allocation{*this, ptr, mapped_bytes(ptr)};
 }
 

@@ -71,7 +71,8 @@ std::string describe_usage(cudaMemPool_t h)
 [[noreturn]] void throw_allocation_error(cudaError_t error,
                                          std::size_t bytes,
                                          cudaStream_t stream,
-                                         pool_state const& s)
+                                         pool_state const& s,
+                                         cudaMemPool_t h)
 {
   clear_own_error(error);
   std::string const what = std::to_string(bytes) + " bytes of " +
@@ -92,12 +93,26 @@ std::string describe_usage(cudaMemPool_t h)
   if (error == cudaErrorMemoryAllocation) {
     throw rmm::out_of_memory{"asyncmr: out of memory allocating " + what +
                              " (cudaMallocFromPoolAsync: cudaErrorMemoryAllocation); " +
-                             describe_usage(s.handle.load())};
+                             describe_usage(h)};
   }
   throw_cuda_error(error, ("cudaMallocFromPoolAsync(" + what + ")").c_str());
 }
 
 }  // namespace
+
+pool_use::pool_use(pool_state& state, char const* closed_message) : state_{state}
+{
+  // Counted before the handle is read; close() clears the handle before it reads the count
+  // (both sequentially consistent): either this sees the pool closed, or close() sees this.
+  state_.in_flight.fetch_add(1);
+  handle_ = state_.handle.load();
+  if (handle_ == nullptr) {
+    state_.in_flight.fetch_sub(1);
+    throw pool_closed_error{closed_message != nullptr ? closed_message
+                                                      : "asyncmr: the memory pool was closed"};
+  }
+  if (auto const hook = testing_pool_use_hook.load(std::memory_order_relaxed)) { hook(); }
+}
 
 cudaMemPool_t pool_state::detach() noexcept
 {
@@ -109,6 +124,7 @@ cudaMemPool_t pool_state::detach() noexcept
   if (where && type && !imported) {
     relaxed_capture_guard guard;
     try {
+      auto const routing = routing_lock();  // no make_current between the check and the set
       int const device = device_for_checks(*where);
       auto const current_path =
         require_pool_support(*where, *type, pool_source::current, device);
@@ -146,19 +162,33 @@ mem_pool mem_pool::default_pool(asyncmr::location location, allocation_type type
   return mem_pool{detail::view_state(detail::get_default_pool(location, type, path), location, type)};
 }
 
-mem_pool mem_pool::current(asyncmr::location location, allocation_type type)
+// mem_pool::current's work; the caller holds the routing lock, so the pool read as current stays
+// current (a closing pool reroutes under that lock) until the registry has been asked about it.
+mem_pool mem_pool::current_routed(asyncmr::location location, allocation_type type)
 {
-  detail::relaxed_capture_guard guard;
-  auto const path     = detail::checked_path(location, type, pool_source::current);
-  cudaMemPool_t const h = detail::get_current_pool(location, type, path);
+  using namespace detail;
+  relaxed_capture_guard guard;
+  auto const path       = checked_path(location, type, pool_source::current);
+  cudaMemPool_t const h = get_current_pool(location, type, path);
   // A pool asyncmr owns is shared as a view of its owner's state, as from_handle does: closed
   // with its owner, never left holding the handle of a destroyed driver pool.
-  if (auto shared = detail::find_owned(h)) { return mem_pool{std::move(shared), true}; }
-  if (detail::is_parked(h)) {
-    throw pool_closed_error{"asyncmr: the current pool was closed by asyncmr (it is destroyed "
-                            "once its last allocation is freed); make another pool current"};
+  auto found = lookup(h);
+  switch (found.status) {
+    case handle_status::owned: return mem_pool{std::move(found.state), true};
+    case handle_status::closing:
+    case handle_status::parked:
+      throw pool_closed_error{"asyncmr: the current pool was closed by asyncmr (it is destroyed "
+                              "once its last allocation is freed); make another pool current"};
+    case handle_status::unknown:
+    case handle_status::stand_in: break;
   }
-  return mem_pool{detail::view_state(h, location, type)};
+  return mem_pool{view_state(h, location, type)};
+}
+
+mem_pool mem_pool::current(asyncmr::location location, allocation_type type)
+{
+  auto const routing = detail::routing_lock();
+  return current_routed(location, type);
 }
 
 mem_pool mem_pool::create(pool_properties const& props)
@@ -198,7 +228,8 @@ mem_pool mem_pool::create(pool_properties const& props)
   state->where  = props.location;
   state->type   = props.type;
   state->props  = props;
-  detail::register_owned(state);
+  // A new handle: no live state can own it (the driver reuses a value only once destroyed).
+  static_cast<void>(detail::register_owned(state));
   mem_pool pool{std::move(state)};  // destroys the driver pool if the threshold call throws
   pool.set<pool_attribute::release_threshold>(
     props.release_threshold.value_or(std::numeric_limits<std::uint64_t>::max()));
@@ -213,19 +244,23 @@ mem_pool mem_pool::from_handle(cudaMemPool_t handle,
   if (handle == nullptr) { throw std::invalid_argument{"asyncmr: pool handle is null (0)"}; }
   require_cuda();
   if (location && type) { detail::validate_combination(*location, *type, false); }
-  if (auto shared = detail::find_owned(handle)) {
-    // asyncmr owns this pool elsewhere: share that state, as a view unless ownership is
-    // asked for (then the owner's copies and this one own it together).
-    return mem_pool{std::move(shared), !owned};
-  }
   // What asyncmr knows of this handle now (not its history: the driver reuses handle values,
   // so a handle asyncmr once destroyed may be another library's live pool today).
-  if (detail::is_parked(handle)) {
-    throw std::invalid_argument{
-      "asyncmr: this pool was closed by asyncmr and is destroyed once its last allocation is "
-      "freed; it cannot be adopted"};
+  auto found = detail::lookup(handle);
+  switch (found.status) {
+    case detail::handle_status::owned:
+      // asyncmr owns this pool elsewhere: share that state, as a view unless ownership is
+      // asked for (then the owner's copies and this one own it together).
+      return mem_pool{std::move(found.state), !owned};
+    case detail::handle_status::closing:
+    case detail::handle_status::parked:
+      throw std::invalid_argument{
+        "asyncmr: this pool was closed by asyncmr and is destroyed once its last allocation is "
+        "freed; it cannot be adopted"};
+    case detail::handle_status::unknown:
+    case detail::handle_status::stand_in: break;
   }
-  if (owned && detail::is_stand_in(handle)) {
+  if (owned && found.status == detail::handle_status::stand_in) {
     throw std::invalid_argument{
       "asyncmr: this is asyncmr's process-wide default host pool; it can be adopted as a view "
       "(owned=False), not owned"};
@@ -244,8 +279,22 @@ mem_pool mem_pool::from_handle(cudaMemPool_t handle,
   // rejects is not destroyed by the state's destructor.
   mem_pool pool{state};
   static_cast<void>(pool.get<pool_attribute::release_threshold>());
-  state->owned = owned;
-  if (owned) { detail::register_owned(state); }
+  if (!owned) { return pool; }
+  // Another adoption of the same handle may have registered it since the lookup: then this
+  // state, not yet seen by anyone, is dropped unowned (never destroying the pool) and this
+  // adoption shares the first one's.
+  state->owned = true;
+  std::shared_ptr<detail::pool_state> first;
+  try {
+    first = detail::register_owned(state);
+  } catch (pool_closed_error const& e) {
+    state->owned = false;
+    throw std::invalid_argument{e.what()};
+  }
+  if (first) {
+    state->owned = false;
+    return mem_pool{std::move(first), false};
+  }
   return pool;
 }
 
@@ -304,19 +353,13 @@ void* mem_pool::allocate_async(std::size_t bytes, cudaStream_t stream) const
     throw std::invalid_argument{"asyncmr: an imported pool cannot be allocated from (CUDA "
                                 "allows only import_pointer on it)"};
   }
-  // The count is raised before the handle is read, and close() clears the handle before it
-  // reads the count (both sequentially consistent): either this call sees the pool closed, or
-  // close() sees this call and parks the pool instead of destroying it under the driver call.
-  s.in_flight.fetch_add(1);
-  cudaMemPool_t const h = s.handle.load();
-  if (h == nullptr) {
-    s.in_flight.fetch_sub(1);
-    throw pool_closed_error{"asyncmr: allocating from a memory pool that was closed"};
-  }
+  // Counted until the error, if any, has read the pool's usage for its message.
+  detail::pool_use const use{s, "asyncmr: allocating from a memory pool that was closed"};
   void* ptr         = nullptr;
-  auto const status = cudaMallocFromPoolAsync(&ptr, bytes, h, stream);
-  s.in_flight.fetch_sub(1, std::memory_order_release);
-  if (status != cudaSuccess) { detail::throw_allocation_error(status, bytes, stream, s); }
+  auto const status = cudaMallocFromPoolAsync(&ptr, bytes, use.handle(), stream);
+  if (status != cudaSuccess) {
+    detail::throw_allocation_error(status, bytes, stream, s, use.handle());
+  }
   return ptr;
 }
 
@@ -360,7 +403,8 @@ std::optional<std::uint64_t> known_value(detail::pool_state const& s, pool_attri
 
 std::uint64_t mem_pool::get_attribute(pool_attribute attribute) const
 {
-  cudaMemPool_t const h = handle();
+  detail::pool_use const use{*state_};
+  cudaMemPool_t const h = use.handle();
   auto const& row       = info(attribute);
   int const driver      = versions().driver;
   auto unsupported      = [&](std::string const& why) {
@@ -419,7 +463,8 @@ void mem_pool::set_attribute(pool_attribute attribute, std::uint64_t value) cons
       }
       break;
   }
-  cudaMemPool_t const h = handle();
+  detail::pool_use const use{*state_};
+  cudaMemPool_t const h = use.handle();
   auto const attr       = static_cast<cudaMemPoolAttr>(row.cuda_value);
   detail::relaxed_capture_guard guard;
   if (row.kind == attribute_kind::bytes) {
@@ -439,7 +484,8 @@ void mem_pool::reset_peaks() const
 
 void mem_pool::trim_to(std::size_t min_bytes_to_keep) const
 {
-  cudaMemPool_t const h = handle();
+  detail::pool_use const use{*state_};
+  cudaMemPool_t const h = use.handle();
   detail::relaxed_capture_guard guard;
   detail::blocking_region wait;
   ASYNCMR_CUDA_TRY(cudaMemPoolTrimTo(h, min_bytes_to_keep));
@@ -447,7 +493,8 @@ void mem_pool::trim_to(std::size_t min_bytes_to_keep) const
 
 void mem_pool::set_access(std::vector<int> const& devices, access_mode mode) const
 {
-  cudaMemPool_t const h = handle();
+  detail::pool_use const use{*state_};
+  cudaMemPool_t const h = use.handle();
   detail::relaxed_capture_guard guard;
   std::vector<cudaMemAccessDesc> descs;
   descs.reserve(devices.size());
@@ -467,7 +514,8 @@ void mem_pool::set_access(std::vector<int> const& devices, access_mode mode) con
 
 access_mode mem_pool::access(int device) const
 {
-  cudaMemPool_t const h = handle();
+  detail::pool_use const use{*state_};
+  cudaMemPool_t const h = use.handle();
   detail::relaxed_capture_guard guard;
   require_device(device);
   cudaMemLocation loc      = asyncmr::location::device(device).to_cuda();
@@ -482,6 +530,9 @@ access_mode mem_pool::access(int device) const
 
 mem_pool mem_pool::make_current() const
 {
+  // A close() waits for this, and this sees a close() that came first: a closed pool is never
+  // made current (its reroute would have run already and no later one comes).
+  std::lock_guard<std::mutex> const not_closing{state_->close_mutex};
   cudaMemPool_t const h = handle();
   if (state_->imported) {
     throw std::invalid_argument{"asyncmr: an imported pool cannot be made current"};
@@ -494,8 +545,9 @@ mem_pool mem_pool::make_current() const
       "cannot report them for an adopted handle (pass them to from_handle)"};
   }
   detail::relaxed_capture_guard guard;
-  auto const path  = detail::routing_path(*w, *t);
-  mem_pool previous = current(*w, *t);
+  auto const path    = detail::routing_path(*w, *t);
+  auto const routing = detail::routing_lock();  // the previous pool is the one replaced
+  mem_pool previous  = current_routed(*w, *t);
   detail::set_current_pool(*w, *t, h, path);
   return previous;
 }
@@ -518,6 +570,15 @@ bool mem_pool::operator==(mem_pool const& other) const noexcept
 {
   return state_ == other.state_ || (handle_or_null() != nullptr &&
                                     handle_or_null() == other.handle_or_null());
+}
+
+namespace detail {
+std::atomic<void (*)() noexcept> testing_pool_use_hook{nullptr};
+}  // namespace detail
+
+void testing::set_pool_use_hook(void (*hook)() noexcept) noexcept
+{
+  detail::testing_pool_use_hook.store(hook, std::memory_order_relaxed);
 }
 
 }  // namespace asyncmr

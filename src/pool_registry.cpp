@@ -107,29 +107,54 @@ void sweep_parked(owned_pools& pools) noexcept
 
 }  // namespace
 
-void register_owned(std::shared_ptr<pool_state> const& state)
+std::shared_ptr<pool_state> register_owned(std::shared_ptr<pool_state> const& state)
 {
   auto& pools = registry();
   std::lock_guard<std::mutex> lock{pools.mutex};
   relaxed_capture_guard guard;
   sweep_parked(pools);
-  pools.live[state->handle.load()] = state;
+  cudaMemPool_t const h = state->handle.load();
+  if (auto const it = pools.live.find(h); it != pools.live.end()) {
+    if (auto existing = it->second.lock()) { return existing; }
+    throw pool_closed_error{"asyncmr: this pool is being closed by its owner; it cannot be "
+                            "adopted"};
+  }
+  if (std::any_of(pools.parked.begin(), pools.parked.end(),
+                  [&](parked_pool const& p) { return p.handle == h; })) {
+    throw pool_closed_error{"asyncmr: this pool was closed by asyncmr and is destroyed once its "
+                            "last allocation is freed; it cannot be adopted"};
+  }
+  // Room to park every live pool, so that retire (noexcept) never allocates.
+  pools.parked.reserve(pools.parked.size() + pools.live.size() + 1);
+  pools.live.emplace(h, state);
+  return nullptr;
 }
 
-std::shared_ptr<pool_state> find_owned(cudaMemPool_t handle)
+handle_lookup lookup(cudaMemPool_t handle)
 {
   auto& pools = registry();
   std::lock_guard<std::mutex> lock{pools.mutex};
-  auto const it = pools.live.find(handle);
-  return it == pools.live.end() ? nullptr : it->second.lock();
+  if (auto const it = pools.live.find(handle); it != pools.live.end()) {
+    auto state = it->second.lock();
+    // An expired entry: its last owner is in its destructor, between detach and retire.
+    return state ? handle_lookup{handle_status::owned, std::move(state)}
+                 : handle_lookup{handle_status::closing, nullptr};
+  }
+  if (std::any_of(pools.parked.begin(), pools.parked.end(),
+                  [&](parked_pool const& p) { return p.handle == handle; })) {
+    return {handle_status::parked, nullptr};
+  }
+  if (std::any_of(pools.stand_ins.begin(), pools.stand_ins.end(),
+                  [&](auto const& entry) { return entry.second == handle; })) {
+    return {handle_status::stand_in, nullptr};
+  }
+  return {};
 }
 
-bool is_parked(cudaMemPool_t handle)
+std::unique_lock<std::mutex> routing_lock()
 {
-  auto& pools = registry();
-  std::lock_guard<std::mutex> lock{pools.mutex};
-  return std::any_of(pools.parked.begin(), pools.parked.end(),
-                     [&](parked_pool const& p) { return p.handle == handle; });
+  static auto* routing = new std::mutex{};  // never destroyed: pools close until the end
+  return std::unique_lock<std::mutex>{*routing};
 }
 
 void retire(cudaMemPool_t handle, std::shared_ptr<pool_state> const& state, bool imported) noexcept
@@ -146,7 +171,10 @@ void retire(cudaMemPool_t handle, std::shared_ptr<pool_state> const& state, bool
     destroy(handle);
   } else {
     clear_own_error(cudaMemPoolTrimTo(handle, 0));  // give back what is not in use now
-    pools.parked.push_back(std::move(entry));
+    try {
+      pools.parked.push_back(std::move(entry));  // room reserved at registration (owned pools)
+    } catch (...) {  // NOLINT(bugprone-empty-catch): no memory to remember it: it is never
+    }                // destroyed (a leak, never a destroyed pool still in use)
   }
   sweep_parked(pools);
 }
@@ -174,14 +202,6 @@ cudaMemPool_t stand_in_pool(location const& where, allocation_type type)
   ASYNCMR_CUDA_TRY(cudaMemPoolCreate(&handle, &props));
   pools.stand_ins.emplace(key, handle);
   return handle;
-}
-
-bool is_stand_in(cudaMemPool_t handle)
-{
-  auto& pools = registry();
-  std::lock_guard<std::mutex> lock{pools.mutex};
-  return std::any_of(pools.stand_ins.begin(), pools.stand_ins.end(),
-                     [&](auto const& entry) { return entry.second == handle; });
 }
 
 }  // namespace asyncmr::detail

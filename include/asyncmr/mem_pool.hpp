@@ -239,6 +239,8 @@ class mem_pool {
  private:
   friend class imported_allocation;
   explicit mem_pool(std::shared_ptr<detail::pool_state> state, bool view = false) noexcept;
+  // `current` with the routing lock held by the caller (src/mem_pool.cpp).
+  static mem_pool current_routed(asyncmr::location location, allocation_type type);
   std::shared_ptr<detail::pool_state> state_;
   // A view of a pool asyncmr owns elsewhere: it shares the owner's state (so it sees the
   // owner's close() instead of using a destroyed handle) but neither owns nor closes it.
@@ -302,6 +304,12 @@ namespace testing {
  * empty. For tests that a closed pool really goes.
  */
 [[nodiscard]] std::size_t parked_pools();
+/**
+ * @brief Calls `hook` on the calling thread each time asyncmr holds a pool's handle for a driver
+ * call (an attribute, a trim, access, an allocation), before the call; nullptr removes it. For
+ * tests that close a pool in that window. Not for production: it runs inside every such call.
+ */
+void set_pool_use_hook(void (*hook)() noexcept) noexcept;
 }  // namespace testing
 
 }  // namespace asyncmr

@@ -11,6 +11,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <asyncmr/error.hpp>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -47,21 +49,66 @@ struct pool_state {
   [[nodiscard]] cudaMemPool_t detach() noexcept;
 };
 
+/// The test hook `pool_use` calls once it holds a handle (`testing::set_pool_use_hook`).
+extern std::atomic<void (*)() noexcept> testing_pool_use_hook;
+
+/**
+ * One driver call on a pool's handle, counted in `in_flight` from before the handle is read to
+ * after the call: close() then parks the pool instead of destroying it under the call (the
+ * driver does not check a handle; a destroyed one is read as freed memory). Throws
+ * `pool_closed_error` when the pool is closed already.
+ */
+class pool_use {
+ public:
+  explicit pool_use(pool_state& state, char const* closed_message = nullptr);
+  ~pool_use() { state_.in_flight.fetch_sub(1, std::memory_order_release); }
+  pool_use(pool_use const&)            = delete;
+  pool_use& operator=(pool_use const&) = delete;
+  [[nodiscard]] cudaMemPool_t handle() const noexcept { return handle_; }
+
+ private:
+  pool_state& state_;
+  cudaMemPool_t handle_{nullptr};
+};
+
+/**
+ * Serializes what reads or changes which pool is current (`cudaMemGetMemPool` then a lookup or
+ * `cudaMemSetMemPool`): `mem_pool::current`, `make_current` and a closing pool's reroute. Lock
+ * order: a pool's `close_mutex`, then this, then the registry's.
+ */
+[[nodiscard]] std::unique_lock<std::mutex> routing_lock();
+
 // ---- the registry of owned pools (src/pool_registry.cpp) ------------------------------------
+
+/// What asyncmr knows of a handle now (`lookup`).
+enum class handle_status {
+  unknown,   ///< not a pool asyncmr owns
+  owned,     ///< a live owned pool (`state` is its state)
+  closing,   ///< an owned pool whose last owner is being destroyed: about to be retired
+  parked,    ///< closed by asyncmr, destroyed once idle
+  stand_in,  ///< asyncmr's process-wide default host pool of a CUDA 12 build
+};
+
+struct handle_lookup {
+  handle_status status{handle_status::unknown};
+  std::shared_ptr<pool_state> state{};
+};
+
+/// Sorts `handle` in one look at the registry (one lock: no window between the questions).
+[[nodiscard]] handle_lookup lookup(cudaMemPool_t handle);
 
 /// True if nothing is allocated from `handle` and nothing stays reserved in it after a trim to 0
 /// (no free still queued), no allocation is in flight and no import is live (what `state`
 /// knows; a null `state` is being destroyed, so nothing can be in flight).
 [[nodiscard]] bool idle(cudaMemPool_t handle, pool_state const* state, bool imported) noexcept;
 
-/// Records a pool asyncmr owns, so that adopting its handle elsewhere shares `state`.
-void register_owned(std::shared_ptr<pool_state> const& state);
-
-/// The live state of an owned pool with this handle, or nullptr.
-[[nodiscard]] std::shared_ptr<pool_state> find_owned(cudaMemPool_t handle);
-
-/// True if asyncmr closed this pool and will destroy it once it is `idle`.
-[[nodiscard]] bool is_parked(cudaMemPool_t handle);
+/**
+ * Records a pool asyncmr owns, so that adopting its handle elsewhere shares `state`. When
+ * another live state owns the handle already (two adoptions racing), records nothing and returns
+ * that state, which the caller uses instead; nullptr when `state` was recorded.
+ * @throws pool_closed_error when the handle's owner is closing it or asyncmr parked it
+ */
+[[nodiscard]] std::shared_ptr<pool_state> register_owned(std::shared_ptr<pool_state> const& state);
 
 /**
  * Destroys `handle` (closed by `state`) now if it is `idle`, else trims and parks it; then
@@ -76,8 +123,12 @@ void retire(cudaMemPool_t handle, std::shared_ptr<pool_state> const& state, bool
  */
 [[nodiscard]] cudaMemPool_t stand_in_pool(location const& where, allocation_type type);
 
-/// True for a pool `stand_in_pool` made.
-[[nodiscard]] bool is_stand_in(cudaMemPool_t handle);
+/**
+ * The bytes from `address` to the end of the range [`start`, `start + size`), or 0 when the
+ * range does not hold `address` (what the driver says of an imported pointer's mapping).
+ */
+[[nodiscard]] std::size_t bytes_from(std::uint64_t start, std::uint64_t size,
+                                     std::uint64_t address) noexcept;
 
 /**
  * Whether the process can read the first bytes at `address` (src/address_probe.cpp), found
