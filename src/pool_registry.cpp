@@ -151,10 +151,10 @@ handle_lookup lookup(cudaMemPool_t handle)
   return {};
 }
 
-std::unique_lock<std::mutex> routing_lock()
+std::unique_lock<std::recursive_mutex> routing_lock()
 {
-  static auto* routing = new std::mutex{};  // never destroyed: pools close until the end
-  return std::unique_lock<std::mutex>{*routing};
+  static auto* routing = new std::recursive_mutex{};  // never destroyed: pools close until the end
+  return std::unique_lock<std::recursive_mutex>{*routing};
 }
 
 void retire(cudaMemPool_t handle, std::shared_ptr<pool_state> const& state, bool imported) noexcept

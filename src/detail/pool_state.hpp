@@ -74,9 +74,10 @@ class pool_use {
 /**
  * Serializes what reads or changes which pool is current (`cudaMemGetMemPool` then a lookup or
  * `cudaMemSetMemPool`): `mem_pool::current`, `make_current` and a closing pool's reroute. Lock
- * order: a pool's `close_mutex`, then this, then the registry's.
+ * order: a pool's `close_mutex`, then this, then the registry's. Recursive: a pool whose last
+ * owner is a `mem_pool` released under it (a `make_current` that throws) reroutes under it.
  */
-[[nodiscard]] std::unique_lock<std::mutex> routing_lock();
+[[nodiscard]] std::unique_lock<std::recursive_mutex> routing_lock();
 
 // ---- the registry of owned pools (src/pool_registry.cpp) ------------------------------------
 
