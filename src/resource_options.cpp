@@ -262,10 +262,12 @@ void apply_threshold_and_reserve(mem_pool& pool,
   } catch (...) {
     // A reservation the pool cannot make may still have grown it (a bounded pool grows to its
     // max_size before it refuses: seen on the H200): what it grew by goes back, and so does a
-    // shared pool's threshold.
+    // shared pool's threshold, unless someone changed it since (the reservation can take
+    // seconds; a threshold set meanwhile through mem_pool, or by another library, is theirs).
     try {
       pool.trim_to(held);
-      if (threshold && *threshold != before) {
+      if (threshold && *threshold != before &&
+          pool.get<pool_attribute::release_threshold>() == *threshold) {
         pool.set<pool_attribute::release_threshold>(before);
       }
     } catch (...) {  // NOLINT(bugprone-empty-catch): the reservation's error is the one to tell
