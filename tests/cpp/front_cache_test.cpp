@@ -594,6 +594,19 @@ TEST(FrontCacheStale, PressureAsksForAReclaimOnlyOnceTheEpochIsOldEnough)
   EXPECT_EQ(press(untimed, 1), (64U - 15U) / front_cache::pressure_window);
 }
 
+TEST(FrontCacheStale, TwoReclaimsInARowLeaveAStreamUsedInTheFirstsEpoch)
+{
+  // Two requests made while the epoch was old ran back to back: the second parked every stream
+  // not used in the microseconds-old epoch the first began, one merely waiting for a kernel
+  // among them. A reclaim in an epoch younger than the bound now parks nothing.
+  front_cache cache{1 * MiB, 0, 0, {}, 50'000'000};  // 50 ms
+  std::this_thread::sleep_for(std::chrono::milliseconds{60});
+  ASSERT_TRUE(cached(cache, 2, handed(cache, 0, 64 * KiB), 64 * KiB));  // used in this epoch
+  EXPECT_EQ(cache.detach_stale(), 0U) << "the first reclaim: stream 2 was used";
+  EXPECT_EQ(cache.detach_stale(), 0U) << "the second, at once: the epoch is new, not idle";
+  EXPECT_EQ(cache.take(2, 64 * KiB), fake(0)) << "stream 2 keeps its block";
+}
+
 TEST(FrontCacheStale, BucketsOfReclaimedStreamsAreReused)
 {
   front_cache cache{1 * MiB};
