@@ -444,15 +444,22 @@ put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes, voi
   return {put_status::cached, c};
 }
 
+bool front_cache::epoch_younger_than_stale() const noexcept
+{
+  if (stale_after_ns_ == 0) { return false; }
+  // The start first, then the clock: read the other way round, a start stored in between is
+  // later than the clock and the difference wraps to "old".
+  std::uint64_t const began = epoch_began_ns_.load(std::memory_order_acquire);
+  std::uint64_t const now   = steady_ns();
+  return now < began || now - began < stale_after_ns_;
+}
+
 bool front_cache::note_pressure() noexcept
 {
   std::uint64_t n = refused_since_hint_.load(std::memory_order_relaxed);
   if (n < pressure_window) { return false; }
   // A young epoch: its refusals stay counted, and the first one after it ages asks.
-  if (stale_after_ns_ != 0 &&
-      steady_ns() - epoch_began_ns_.load(std::memory_order_relaxed) < stale_after_ns_) {
-    return false;
-  }
+  if (epoch_younger_than_stale()) { return false; }
   return refused_since_hint_.compare_exchange_strong(n, 0, std::memory_order_relaxed);
 }
 

@@ -75,6 +75,9 @@ std::size_t front_cache::detach_stale() noexcept
 {
   std::size_t moved = 0;
   lock_scope const registry{registry_lock_};
+  // A request made while the epoch was old may run after another reclaim began a new one: a
+  // young epoch says nothing of which streams are idle, so it is left to age.
+  if (epoch_younger_than_stale()) { return 0; }
   std::uint64_t const epoch = epoch_.load(std::memory_order_relaxed);
   for (auto const& b : buckets_) {
     lock_scope const g{b->lock};
@@ -88,7 +91,7 @@ std::size_t front_cache::detach_stale() noexcept
     }
   }
   epoch_.store(epoch + 1, std::memory_order_relaxed);
-  epoch_began_ns_.store(steady_ns(), std::memory_order_relaxed);
+  epoch_began_ns_.store(steady_ns(), std::memory_order_release);
   if (moved != 0) {
     reclaims_.fetch_add(1, std::memory_order_relaxed);
     reclaimed_blocks_.fetch_add(moved, std::memory_order_relaxed);

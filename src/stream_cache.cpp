@@ -296,9 +296,10 @@ void request_reclaim(std::weak_ptr<stream_cache> cache) noexcept
   try {
     std::lock_guard lock{s.mutex};
     if (s.exiting) { return; }
-    auto const target = cache.lock();
+    // Compared by owner, never locked: a strong reference made here could become a cache's
+    // last and run its end (which lets the GIL go) under this mutex.
     for (auto const& queued : s.queue) {
-      if (queued.lock() == target) { return; }  // already asked for
+      if (!queued.owner_before(cache) && !cache.owner_before(queued)) { return; }  // asked for
     }
     s.queue.push_back(std::move(cache));
     if (!s.started) {

@@ -414,6 +414,7 @@ class front_cache {
   bucket* find_slow(stream_key stream) noexcept;
   bucket* spare_or_new(stream_key stream) noexcept;
   bool reserve(bucket& b, std::size_t need) noexcept;
+  [[nodiscard]] bool epoch_younger_than_stale() const noexcept;
   void give_back_excess(bucket& b) noexcept;
   void reclaim_idle_credit(bucket const* except) noexcept;
   std::size_t park(bucket& b) noexcept;
