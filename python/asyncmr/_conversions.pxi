@@ -40,12 +40,7 @@ cdef AllocationType to_type(value) except *:
 
 
 cdef size_t _size_t_slow(value, name) except? <size_t>-1:
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got bool")
-    try:
-        value = operator.index(value)  # NumPy's integers too; never a float
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+    value = _validate.as_integer(value, name)  # NumPy's integers too; never a bool or a float
     if not 0 <= value < 2**64:
         raise ValueError(f"{name} must be in [0, 2**64), got {value}")
     return <size_t>value

@@ -35,12 +35,12 @@ and into them device-to-host work (``cupy.asarray(a)``, ``d.get(out=a)``, ``d.se
 from __future__ import annotations
 
 import ctypes
-import operator
 import sys
 import threading
 
 import numpy as np
 
+from asyncmr import _validate
 from asyncmr._exceptions import CUDAError
 
 __all__ = [
@@ -178,12 +178,7 @@ def _check_synchronize(synchronize, stream) -> bool:
 
 
 def _check_size(nbytes) -> int:
-    if isinstance(nbytes, bool):
-        raise TypeError("nbytes must be an int, got bool")
-    try:
-        n = operator.index(nbytes)
-    except TypeError:
-        raise TypeError(f"nbytes must be an int, got {type(nbytes).__name__}") from None
+    n = _validate.as_integer(nbytes, "nbytes")
     if n < 0:
         raise ValueError(f"nbytes must be >= 0, got {n}")
     if n >= 2**63:
@@ -192,27 +187,19 @@ def _check_size(nbytes) -> int:
 
 
 def _check_shape(shape) -> tuple[int, ...]:
-    if isinstance(shape, bool):
+    one = _validate.integer(shape)
+    if one is not None:
+        dims: tuple[int, ...] = (one,)
+    elif isinstance(shape, bool):
         raise TypeError("shape must be an int or a sequence of ints, got bool")
-    try:
-        dims: tuple[int, ...] = (operator.index(shape),)
-    except TypeError:
+    else:
         try:
             items = tuple(shape)
         except TypeError:
             raise TypeError(
-                f"shape must be an int or a sequence of ints, got {type(shape).__name__}"
+                f"shape must be an int or a sequence of ints, got {_validate.type_name(shape)}"
             ) from None
-        entries: list[int] = []
-        for d in items:
-            if isinstance(d, bool):
-                raise TypeError("shape entries must be ints, got bool")
-            try:
-                entries.append(operator.index(d))
-            except TypeError:
-                raise TypeError(
-                    f"shape entries must be ints, got {type(d).__name__}") from None
-        dims = tuple(entries)
+        dims = tuple(_validate.as_integer(d, "shape entries", "ints") for d in items)
     if any(d < 0 for d in dims):
         raise ValueError(f"negative dimensions are not allowed: shape {dims}")
     return dims
