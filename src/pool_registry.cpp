@@ -95,6 +95,13 @@ namespace {
 
 void destroy(cudaMemPool_t h) noexcept { clear_own_error(cudaMemPoolDestroy(h)); }
 
+// Whether `handle` is among the parked pools. Caller holds the registry mutex.
+bool parked(owned_pools const& pools, cudaMemPool_t handle) noexcept
+{
+  return std::any_of(pools.parked.begin(), pools.parked.end(),
+                     [&](parked_pool const& p) { return p.handle == handle; });
+}
+
 // Destroys the parked pools that have become empty. Caller holds the registry mutex.
 void sweep_parked(owned_pools& pools) noexcept
 {
@@ -119,8 +126,7 @@ std::shared_ptr<pool_state> register_owned(std::shared_ptr<pool_state> const& st
     throw pool_closed_error{"asyncmr: this pool is being closed by its owner; it cannot be "
                             "adopted"};
   }
-  if (std::any_of(pools.parked.begin(), pools.parked.end(),
-                  [&](parked_pool const& p) { return p.handle == h; })) {
+  if (parked(pools, h)) {
     throw pool_closed_error{"asyncmr: this pool was closed by asyncmr and is destroyed once its "
                             "last allocation is freed; it cannot be adopted"};
   }
@@ -140,8 +146,7 @@ handle_lookup lookup(cudaMemPool_t handle)
     return state ? handle_lookup{handle_status::owned, std::move(state)}
                  : handle_lookup{handle_status::closing, nullptr};
   }
-  if (std::any_of(pools.parked.begin(), pools.parked.end(),
-                  [&](parked_pool const& p) { return p.handle == handle; })) {
+  if (parked(pools, handle)) {
     return {handle_status::parked, nullptr};
   }
   if (std::any_of(pools.stand_ins.begin(), pools.stand_ins.end(),
