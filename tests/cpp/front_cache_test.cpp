@@ -427,6 +427,30 @@ TEST(FrontCacheRelease, ABlockFreedAfterTheProofBeganIsNotFreedByIt)
   EXPECT_EQ(cache.check_invariants(), 0U);
 }
 
+TEST(FrontCacheRelease, ABlockParkedBeforeTheProofIsFreedByItWhateverIsParkedAfter)
+{
+  // A release parks and begins its proof; before it frees, another thread (the reclaimer, or a
+  // second release) parks the same stream's newer block. The release must still free what it
+  // parked: it promised the pool that memory back (release_cache, trim_to, out of memory).
+  front_cache cache{1 * MiB};
+  void* const early = handed(cache, 0, 4 * KiB);
+  ASSERT_TRUE(cached(cache, 7, early, 4 * KiB));
+  cache.detach_all();
+  std::uint64_t const proven = cache.begin_proof();
+  void* const late           = handed(cache, 1, 4 * KiB);
+  ASSERT_TRUE(cached(cache, 7, late, 4 * KiB));
+  cache.detach_all();  // the other thread's park
+  std::set<void*> freed;
+  std::size_t const n =
+    cache.free_parked(proven, [&](stream_key, void* p, std::size_t) noexcept { freed.insert(p); });
+  EXPECT_EQ(n, 1U) << "a block parked before the proof was left parked";
+  EXPECT_EQ(freed, (std::set<void*>{early}));
+  // The late block was never covered by that proof; a later release frees it.
+  EXPECT_EQ(release_all(cache), (std::multiset<block>{{7, late, 4 * KiB}}));
+  EXPECT_EQ(cache.check_invariants(), 0U);
+  EXPECT_EQ(cache.held_blocks(), 0U);
+}
+
 TEST(FrontCacheRelease, ABlockCachedAfterTheDetachStaysCached)
 {
   front_cache cache{1 * MiB};
