@@ -18,7 +18,12 @@ std::size_t front_cache::park(bucket& b) noexcept
 {
   // Caller holds b.lock.
   std::size_t const moved = b.blocks;
-  if (moved == 0) { return 0; }
+  // One generation of parked blocks per bucket: while earlier ones wait for their proof, newer
+  // blocks stay cached (always safe) until those are freed. Appending them would leave the
+  // bucket one proof, and either the older blocks would wait for a proof newer than the one
+  // their release began (a release_cache that returns with memory still parked) or the newer
+  // ones would be freed under a proof begun before they were parked.
+  if (moved == 0 || b.parked_blocks != 0) { return 0; }
   // The owner's later frees wait for this bucket's stream first (see "Markers"); if they cannot,
   // the blocks stay cached, which is always safe.
   if (markers_.order != nullptr &&
@@ -26,35 +31,15 @@ std::size_t front_cache::park(bucket& b) noexcept
                                   : markers_.order(markers_.context, b.marker))) {
     return 0;
   }
-  if (b.parked_blocks == 0) {
-    b.free.swap(b.parked);  // no allocation: the lists trade their buffers
-    b.parked_bytes  = b.cached;
-    b.parked_blocks = b.blocks;
-    b.cached        = 0;
-    b.blocks        = 0;
-  } else {
-    // Parked blocks wait for an older proof: append, as far as host memory allows (what cannot
-    // be moved stays cached, which is always safe).
-    for (std::size_t i = 0; i < class_count; ++i) {
-      auto& from = b.free[i];
-      while (!from.empty()) {
-        try {
-          b.parked[i].push_back(from.back());
-        } catch (...) {
-          break;
-        }
-        from.pop_back();
-        b.cached -= class_table[i];
-        --b.blocks;
-        b.parked_bytes += class_table[i];
-        ++b.parked_blocks;
-      }
-    }
-  }
+  b.free.swap(b.parked);  // no allocation: the lists trade their buffers (parked was empty)
+  b.parked_bytes  = b.cached;
+  b.parked_blocks = b.blocks;
+  b.cached        = 0;
+  b.blocks        = 0;
   // Read after the move (sequentially consistent with begin_proof's increment): a proof taken
   // after this read covers these blocks; one taken before does not (see free_parked_impl).
   b.parked_proof = proof_.load(std::memory_order_seq_cst);
-  return moved - b.blocks;
+  return moved;
 }
 
 std::size_t front_cache::detach_all() noexcept

@@ -30,8 +30,10 @@
  *    the order of the owner's release stream once that stream waits for the block's own
  *    stream (see "Markers": `detach_all` / `detach_stale` park a bucket's blocks only after
  *    ordering the release after its marker; then `begin_proof` and `free_parked`). A block put
- *    after the park is not covered, so it stays cached. No device-wide synchronization is ever
- *    needed: one would refuse, and invalidate, any capture running on the device.
+ *    after the park is not covered, so it stays cached; so do a bucket's newer blocks while
+ *    its parked ones wait for their proof (one generation parked per bucket: a proof frees all
+ *    that was parked before it, whatever is parked after). No device-wide synchronization is
+ *    ever needed: one would refuse, and invalidate, any capture running on the device.
  * 4. **The record forgets a block exactly when it goes back to the pool**, so an address the pool
  *    hands out again is never mistaken for one the cache still owns.
  * 5. **Nothing here allocates or throws on the hit path,** and every operation the owner calls
@@ -296,7 +298,8 @@ class front_cache {
   /**
    * @brief Moves every cached block out of reach of `take` ("parks" it), each bucket once its
    * release is ordered (see "Markers"); parked blocks stay charged against the cap and recorded
-   * until `free_parked` frees them. Returns how many blocks were parked now.
+   * until `free_parked` frees them. A bucket whose earlier parked blocks are not freed yet keeps
+   * its cached ones (rule 3). Returns how many blocks were parked now.
    */
   std::size_t detach_all() noexcept;
   /**
