@@ -5,6 +5,8 @@
 
 #include "detail/front_cache_parts.hpp"
 
+#include <asyncmr/detail/blocking.hpp>
+
 #include <stdexcept>
 #include <string>
 
@@ -154,6 +156,20 @@ std::size_t front_cache::free_parked_impl(bool one,
     }
   }
   return freed;
+}
+
+std::size_t front_cache::release_impl(bool stale, drain_fn f, void* ctx) noexcept
+{
+  std::unique_lock hold{releases_, std::try_to_lock};
+  if (!hold.owns_lock()) {
+    blocking_region wait;  // the holder's frees may wait for the device (see release)
+    hold.lock();
+  }
+  // Under the hold nothing is parked (every park is freed before its hold ends), so detach_all
+  // parks every cached block it can order, and a proof begun now covers all that is parked.
+  std::size_t const parked = stale ? detach_stale() : detach_all();
+  if (stale && parked == 0) { return 0; }
+  return free_parked_impl(false, begin_proof(), 0, f, ctx);
 }
 
 // ---- statistics -----------------------------------------------------------------------------

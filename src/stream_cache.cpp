@@ -301,12 +301,14 @@ void request_reclaim(std::weak_ptr<stream_cache> cache) noexcept
     for (auto const& queued : s.queue) {
       if (!queued.owner_before(cache) && !cache.owner_before(queued)) { return; }  // asked for
     }
-    s.queue.push_back(std::move(cache));
+    // The thread first: a request queued for a thread that failed to start would stay queued,
+    // and refuse every later request of its cache as already made.
     if (!s.started) {
       std::thread{reclaimer_loop}.detach();
       s.started = true;
       std::atexit(stop_reclaimer);
     }
+    s.queue.push_back(std::move(cache));
     s.wake.notify_one();
   } catch (...) {  // NOLINT(bugprone-empty-catch): no thread or no memory: the blocks wait
   }
@@ -434,28 +436,19 @@ stream_cache::~stream_cache()
   // device's context is current for every call here and, through ending_, for the members'
   // destruction after it.
   ending_.emplace(device_);
-  if (cache_.held_blocks() != 0) {
-    static_cast<void>(cache_.detach_all());
-    static_cast<void>(free_in_release_order(false));
-  }
+  if (cache_.held_blocks() != 0) { free_in_release_order(false); }
 }
 
-cudaError_t stream_cache::free_in_release_order(bool wait_for_frees) noexcept
+std::size_t stream_cache::free_in_release_order(bool stale) noexcept
 {
   // Callers hold a relaxed_capture_guard (none of this may refuse because of a capture
-  // elsewhere: a stream-ordered wait, free and synchronization, none on a capturing stream) and
-  // have made the cache's device's context current (release, reclaim_stale, the destructor).
-  std::uint64_t const proven = cache_.begin_proof();
-  static_cast<void>(cache_.free_parked(proven, [this](stream_key, void* p, std::size_t) noexcept {
+  // elsewhere: a stream-ordered wait and free, neither on a capturing stream) and have made the
+  // cache's device's context current (release, reclaim_stale, the destructor). The front cache
+  // parks and hands the blocks over under its release lock (front_cache::release).
+  auto free = [this](stream_key, void* p, std::size_t) noexcept {
     clear_own_error(cudaFreeAsync(p, streams_.release));
-  }));
-  if (!wait_for_frees) { return cudaSuccess; }
-  // So that the memory is the pool's again when this returns (a trim or an allocation right
-  // after sees it unused): waits for the work the blocks' streams had queued before their frees.
-  // Also when this call freed nothing: blocks the reclaimer or another release took before it
-  // may still be on their way, queued on the same stream.
-  blocking_region wait;
-  return cudaStreamSynchronize(streams_.release);
+  };
+  return stale ? cache_.reclaim_stale(free) : cache_.release(free);
 }
 
 cudaError_t stream_cache::release() noexcept
@@ -465,16 +458,21 @@ cudaError_t stream_cache::release() noexcept
   // thread with no current context (the reclaimer's, a Dask worker's), would make one on
   // device 0. The cache's device's context, when active, is made current instead.
   active_context_scope context{device_};
-  static_cast<void>(cache_.detach_all());
-  return free_in_release_order(true);
+  free_in_release_order(false);
+  // So that the memory is the pool's again when this returns (a trim or an allocation right
+  // after sees it unused): waits for the work the blocks' streams had queued before their frees.
+  // Also when this call freed nothing itself: the front cache's release returns only once every
+  // block parked before it was handed to a free (the reclaimer's or another release's), queued
+  // on the same stream.
+  blocking_region wait;
+  return cudaStreamSynchronize(streams_.release);
 }
 
 void stream_cache::reclaim_stale() noexcept
 {
   relaxed_capture_guard guard;
   active_context_scope context{device_};  // this runs on the reclaimer's thread: as release()
-  if (cache_.detach_stale() == 0) { return; }
-  static_cast<void>(free_in_release_order(false));
+  free_in_release_order(true);
 }
 
 void* stream_cache::allocate(cudaStream_t stream, std::size_t bytes, bool* hit)

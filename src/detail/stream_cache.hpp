@@ -81,7 +81,9 @@ class stream_cache final : public std::enable_shared_from_this<stream_cache> {
   [[nodiscard]] cudaMemPool_t pool_handle() const noexcept { return pool_.handle_or_null(); }
 
  private:
-  cudaError_t free_in_release_order(bool wait_for_frees) noexcept;
+  /// Parks the cached blocks (every one, or the stale streams') and queues their frees on the
+  /// release stream, waiting for nothing; returns how many.
+  std::size_t free_in_release_order(bool stale) noexcept;
 
   // Made current by the destructor's body and declared first, so destroyed last: the members'
   // destruction (the cache's markers, its streams, the pool) runs in the cache's device's

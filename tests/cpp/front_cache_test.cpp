@@ -451,6 +451,42 @@ TEST(FrontCacheRelease, ABlockParkedBeforeTheProofIsFreedByItWhateverIsParkedAft
   EXPECT_EQ(cache.held_blocks(), 0U);
 }
 
+TEST(FrontCacheRelease, AReleaseReturnsOnlyOnceEveryBlockParkedBeforeItWasHandedToAFree)
+{
+  // The owner waits for its release stream after a release, to have the memory back in the
+  // pool. That wait covers only frees already queued: so while another thread (the reclaimer)
+  // holds parked blocks and has not queued their frees yet, a release must not return, nor
+  // leave a stream's blocks cached because that bucket's older ones are still parked.
+  front_cache cache{1 * MiB};
+  void* const first = handed(cache, 0, 4 * KiB);
+  ASSERT_TRUE(cached(cache, 1, first, 4 * KiB));
+  std::atomic<bool> in_free{false};
+  std::atomic<bool> let_go{false};
+  std::thread reclaimer{[&] {
+    cache.release([&](stream_key, void*, std::size_t) noexcept {
+      in_free.store(true);
+      while (!let_go.load()) { std::this_thread::yield(); }
+    });
+  }};
+  while (!in_free.load()) { std::this_thread::yield(); }
+  void* const second = handed(cache, 1, 4 * KiB);
+  ASSERT_TRUE(cached(cache, 1, second, 4 * KiB));  // the same stream, while `first` is out
+  std::atomic<bool> returned{false};
+  std::set<void*> freed;
+  std::thread releaser{[&] {
+    cache.release([&](stream_key, void* p, std::size_t) noexcept { freed.insert(p); });
+    returned.store(true);
+  }};
+  std::this_thread::sleep_for(std::chrono::milliseconds{50});
+  EXPECT_FALSE(returned.load()) << "returned while another thread held parked blocks unfreed";
+  let_go.store(true);
+  reclaimer.join();
+  releaser.join();
+  EXPECT_EQ(freed, (std::set<void*>{second})) << "the release parks and frees every cached block";
+  EXPECT_EQ(cache.held_blocks(), 0U);
+  EXPECT_EQ(cache.check_invariants(), 0U);
+}
+
 TEST(FrontCacheRelease, ABlockCachedAfterTheDetachStaysCached)
 {
   front_cache cache{1 * MiB};
@@ -1146,12 +1182,10 @@ void stress_thread(front_cache& cache, shadow& m, stream_key first_key, bool own
     m.put_not_taken(b.p);
     m.pool_free(b.p);  // refused, uncacheable or untracked: the owner frees it to the pool
     if (r.status == put_status::refused && cache.note_pressure()) {
-      cache.detach_stale();
-      std::uint64_t const proven = cache.begin_proof();
-      std::uint64_t const t      = logical_clock.fetch_add(1);
+      // As the owner's reclaimer: park and free under the cache's release lock.
       std::unique_lock<std::shared_mutex> exclusive{release_gate};
-      cache.free_parked(proven, [&](stream_key, void* p, std::size_t c) noexcept {
-        m.on_release(p, c, t);
+      cache.reclaim_stale([&](stream_key, void* p, std::size_t c) noexcept {
+        m.on_release(p, c, ~std::uint64_t{0});
       });
     }
   };
@@ -1204,6 +1238,16 @@ void run_stress(std::size_t threads, int ops)
   std::thread controller{[&] {
     std::mt19937_64 rng{7};
     while (!done.load()) {
+      if (rng() % 3 == 0) {
+        // A release as the owner makes it (park and free under the release lock).
+        std::unique_lock<std::shared_mutex> gate{release_gate};
+        cache.release([&](stream_key, void* p, std::size_t c) noexcept {
+          m.on_release(p, c, ~std::uint64_t{0});
+        });
+        ++releases;
+        continue;
+      }
+      // The steps one by one, with puts between the proof and the frees.
       if (rng() % 4 == 0) {
         cache.detach_all();
       } else {

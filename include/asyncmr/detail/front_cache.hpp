@@ -29,7 +29,8 @@
  *    the order of its own stream (`drain_stream`, whose callback frees on that stream), or in
  *    the order of the owner's release stream once that stream waits for the block's own
  *    stream (see "Markers": `detach_all` / `detach_stale` park a bucket's blocks only after
- *    ordering the release after its marker; then `begin_proof` and `free_parked`). A block put
+ *    ordering the release after its marker; then `begin_proof` and `free_parked`; the owner
+ *    calls `release` and `reclaim_stale`, which do all three under one lock). A block put
  *    after the park is not covered, so it stays cached; so do a bucket's newer blocks while
  *    its parked ones wait for their proof (one generation parked per bucket: a proof frees all
  *    that was parked before it, whatever is parked after). No device-wide synchronization is
@@ -107,6 +108,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <type_traits>
 #include <unordered_map>
@@ -339,6 +341,35 @@ class front_cache {
     return free_parked_impl(true, 0, stream, &call<std::remove_reference_t<F>>, erase(f));
   }
 
+  /**
+   * @brief A release as the owner makes it: `detach_all`, then every parked block to `f` (as
+   * `free_parked` under a proof begun after the park), all under one hold of the cache's
+   * release lock, which `reclaim_stale` takes too. So no block is parked outside a hold: this
+   * parks every cached block whose release can be ordered, and when it returns, every block
+   * parked before it began has been given to an `f`, this call's or one that ended before it.
+   * (The owner's wait for its release stream after this then covers them all.) A thread that
+   * finds the lock held waits in a `blocking_region`: the holder's `f` makes driver calls that
+   * may wait for the device. `f` as for `free_parked`. Returns how many blocks `f` received.
+   */
+  template <class F>
+  std::size_t release(F&& f) noexcept
+  {
+    static_assert(std::is_nothrow_invocable_v<F&, stream_key, void*, std::size_t>,
+                  "release's callback must be noexcept");
+    return release_impl(false, &call<std::remove_reference_t<F>>, erase(f));
+  }
+  /**
+   * @brief The background reclaim as the owner makes it: `detach_stale`, then what it parked to
+   * `f`, under the same hold as `release`. Returns how many blocks `f` received.
+   */
+  template <class F>
+  std::size_t reclaim_stale(F&& f) noexcept
+  {
+    static_assert(std::is_nothrow_invocable_v<F&, stream_key, void*, std::size_t>,
+                  "reclaim_stale's callback must be noexcept");
+    return release_impl(true, &call<std::remove_reference_t<F>>, erase(f));
+  }
+
   // ---- statistics ------------------------------------------------------------------------------
 
   /// @brief Bytes of cached blocks now (class sizes); sums the buckets under their locks.
@@ -425,6 +456,7 @@ class front_cache {
   void retire(bucket& b) noexcept;  // unbinds b and files it with the spares
   std::size_t free_parked_impl(bool one, std::uint64_t proven, stream_key stream, drain_fn f,
                                void* ctx) noexcept;
+  std::size_t release_impl(bool stale, drain_fn f, void* ctx) noexcept;
 
   std::size_t cap_;
   std::size_t max_block_;
@@ -452,6 +484,8 @@ class front_cache {
   // The ownership record: slot_mask_ + 1 slots of (pointer | class index | cached bit).
   std::unique_ptr<std::atomic<std::uint64_t>[]> slots_;
   std::size_t slot_mask_{0};
+
+  std::mutex releases_;  // held by release / reclaim_stale from their park to their last free
 
   alignas(64) mutable spin_lock registry_lock_;
   std::unordered_map<stream_key, bucket*> by_key_;
