@@ -59,6 +59,59 @@ def test_a_graph_allocation_freed_outside_its_graph_never_enters_the_cache(gpu, 
     del graph
 
 
+@pytest.mark.parametrize("kind", ["device", "managed"])
+def test_a_second_free_of_a_cached_block_inside_a_capture_is_refused(gpu, kind):
+    # A free on a capturing stream becomes a free node of the graph. Made of a block the cache
+    # holds (a user's double free), it would free that block to the pool at every launch while
+    # the cache still hands it out: the record is asked before the driver, as outside a capture.
+    cupy = require_module("cupy")
+    mr = make(kind)
+    s = cupy.cuda.Stream(non_blocking=True)
+    rs = Stream(obj=s)
+    p = mr.allocate(MiB, rs)
+    mr.deallocate(p, MiB, rs)
+    assert mr.cache_info["blocks"] == 1
+    with s:
+        s.begin_capture(cupy.cuda.runtime.streamCaptureModeThreadLocal)
+        try:
+            with pytest.raises(ValueError, match="double free"):
+                mr.deallocate(p, MiB, rs)
+            with pytest.raises(ValueError, match="another size class"):
+                mr.deallocate(p, 256, rs)
+        finally:
+            graph = s.end_capture()
+    graph.launch(s)
+    s.synchronize()
+    assert mr.cache_info["blocks"] == 1, mr.cache_info
+    q = mr.allocate(MiB, rs)
+    r = mr.allocate(MiB, rs)  # a miss: the pool's
+    assert q == p and r != p, "the pool handed the cached block out again: two owners"
+    mr.deallocate(q, MiB, rs)
+    mr.deallocate(r, MiB, rs)
+    s.synchronize()
+    del graph
+
+
+def test_a_block_freed_inside_a_capture_leaves_the_record_and_is_the_pools_after_launch(gpu):
+    # The legitimate case: a block the cache handed out, freed inside a capture, is the graph's
+    # free; after the launch the pool has it, and the cache never hands it out.
+    cupy = require_module("cupy")
+    mr = make("device")
+    s = cupy.cuda.Stream(non_blocking=True)
+    rs = Stream(obj=s)
+    p = mr.allocate(MiB, rs)
+    with s:
+        s.begin_capture(cupy.cuda.runtime.streamCaptureModeThreadLocal)
+        mr.deallocate(p, MiB, rs)
+        graph = s.end_capture()
+    assert mr.cache_info["recorded_blocks"] == 0, mr.cache_info
+    graph.launch(s)
+    s.synchronize()
+    assert mr.cache_info["blocks"] == 0
+    assert mr.attributes.used_mem_current == 0, "the graph's free gave the block to the pool"
+    del graph
+
+
 # ---- 2. a foreign pointer is refused, never handed out ---------------------------------------------
 
 @pytest.mark.parametrize("kind", ["device", "pinned"])
