@@ -98,6 +98,32 @@ bool front_cache::forget(void* ptr) noexcept
   return true;
 }
 
+put_result front_cache::unrecord(void* ptr, std::size_t bytes) noexcept
+{
+  auto* const slot = find_slot(ptr);
+  if (slot == nullptr) { return {put_status::not_recorded, 0}; }
+  std::uint64_t v = slot->load(std::memory_order_acquire);
+  for (;;) {  // again only when another thread changed the slot meanwhile
+    if ((v & address_mask) != address_of(ptr)) { return {put_status::not_recorded, 0}; }
+    std::size_t const cls = class_of(v);
+    if (cls == graph_class) {
+      if (slot->compare_exchange_weak(v, 0, std::memory_order_acq_rel)) {
+        return {put_status::graph, 0};
+      }
+      continue;
+    }
+    std::size_t const rec = class_bytes(cls);
+    if ((v & cached_bit) != 0) { return {put_status::already_cached, rec}; }
+    if (class_size(bytes) == 0 || class_index(bytes) != cls) {
+      return {put_status::wrong_size, rec};
+    }
+    if (slot->compare_exchange_weak(v, 0, std::memory_order_acq_rel)) {
+      recorded_.fetch_sub(1, std::memory_order_relaxed);
+      return {put_status::refused, rec};
+    }
+  }
+}
+
 std::size_t front_cache::recorded_bytes(void const* ptr) const noexcept
 {
   auto const* slot = find_slot(ptr);

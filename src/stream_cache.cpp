@@ -536,34 +536,37 @@ void* stream_cache::allocate(cudaStream_t stream, std::size_t bytes, bool* hit)
 free_result stream_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t bytes) noexcept
 {
   if (ptr == nullptr) { return {}; }
-  if (capturing(stream)) {
-    // A free node of the graph: the block leaves the cache's hands (if it was recorded) only if
-    // the driver takes the free.
-    auto const result = free_to_pool(ptr, stream);
-    if (result.ok()) { static_cast<void>(cache_.forget(ptr)); }
-    return result;
-  }
+  // Inside a capture (the free becomes a node of the graph, run at every launch) or on a stream
+  // the driver cannot name, a block goes to the pool, never into the cache. The record is asked
+  // first all the same: a block it holds as cached (a second free) or at another class is
+  // refused there as here, before the driver is asked anything.
   stream_key key{};
-  put_result const put = key_of(stream, key)
-                           ? cache_.put(key, ptr, bytes, stream)
-                           : put_result{put_status::not_recorded, cache_.recorded_bytes(ptr)};
+  bool const into_cache = !capturing(stream) && key_of(stream, key);
+  put_result const put =
+    into_cache ? cache_.put(key, ptr, bytes, stream) : cache_.unrecord(ptr, bytes);
+  // A block the record let go of is the pool's only once the driver takes its free.
+  auto const to_pool = [&] {
+    auto const result = free_to_pool(ptr, stream);
+    if (!result.ok()) {
+      if (put.status == put_status::graph) {
+        cache_.record_graph(ptr);
+      } else {
+        static_cast<void>(cache_.record(ptr, bytes));
+      }
+    }
+    return result;
+  };
   switch (put.status) {
     case put_status::cached: return {free_status::freed, cudaSuccess, 0, true};
     case put_status::refused:
-      if (cache_.note_pressure()) { request_reclaim(weak_from_this()); }
-      return free_to_pool(ptr, stream);
+      if (into_cache && cache_.note_pressure()) { request_reclaim(weak_from_this()); }
+      return to_pool();
     case put_status::wrong_size: return {free_status::wrong_size, cudaSuccess, put.recorded_bytes};
     case put_status::already_cached:
       return {free_status::already_free, cudaSuccess, put.recorded_bytes};
-    case put_status::graph: return free_to_pool(ptr, stream);
+    case put_status::graph: return into_cache ? free_to_pool(ptr, stream) : to_pool();
     case put_status::uncacheable:
     case put_status::not_recorded: break;
-  }
-  if (put.recorded_bytes != 0 && put.status == put_status::not_recorded) {
-    // No key (the stream could not be asked): a recorded block still goes to the pool, and its
-    // record with it.
-    if (!cache_.forget(ptr)) { return {free_status::already_free, cudaSuccess, put.recorded_bytes}; }
-    return free_to_pool(ptr, stream);
   }
   // Not a block the cache handed out (an uncacheable size, a block of an uncached sibling, one the
   // record had no room for): the pool's, unless the driver names another pool. Memory that no

@@ -239,6 +239,35 @@ TEST(FrontCacheRecord, ForgetDropsAHandedOutBlockOnly)
   EXPECT_EQ(cache.put(1, p, 4 * KiB).status, put_status::not_recorded);
 }
 
+TEST(FrontCacheRecord, UnrecordLetsGoOfAHandedOutBlockOnlyAtItsClass)
+{
+  // The owner's free inside a capture: the record is asked before the driver.
+  front_cache cache{1 * MiB};
+  void* const out    = handed(cache, 0, 4 * KiB);
+  void* const in     = handed(cache, 1, 4 * KiB);
+  void* const graphs = fake(2);
+  ASSERT_TRUE(cached(cache, 1, in, 4 * KiB));
+  cache.record_graph(graphs);
+  auto const twice = cache.unrecord(in, 4 * KiB);
+  EXPECT_EQ(twice.status, put_status::already_cached) << "a cached block is the cache's";
+  EXPECT_EQ(twice.recorded_bytes, 4 * KiB);
+  auto const wrong = cache.unrecord(out, 256);
+  EXPECT_EQ(wrong.status, put_status::wrong_size);
+  EXPECT_EQ(wrong.recorded_bytes, 4 * KiB);
+  EXPECT_EQ(cache.unrecord(out, 8 * MiB).status, put_status::wrong_size) << "uncacheable size";
+  EXPECT_EQ(cache.recorded_bytes(out), 4 * KiB) << "a refusal changes nothing";
+  auto const mine = cache.unrecord(out, 4000);  // the same class
+  EXPECT_EQ(mine.status, put_status::refused);
+  EXPECT_EQ(mine.recorded_bytes, 4 * KiB);
+  EXPECT_EQ(cache.recorded_bytes(out), 0U);
+  EXPECT_EQ(cache.unrecord(out, 4 * KiB).status, put_status::not_recorded) << "let go once";
+  EXPECT_EQ(cache.unrecord(graphs, 1 * KiB).status, put_status::graph);
+  EXPECT_EQ(cache.unrecord(graphs, 1 * KiB).status, put_status::not_recorded) << "note gone";
+  EXPECT_EQ(cache.unrecord(fake(3), 4 * KiB).status, put_status::not_recorded);
+  EXPECT_EQ(cache.stats().recorded_blocks, 1U) << "only the cached block is recorded";
+  EXPECT_EQ(cache.take(1, 4 * KiB), in) << "and the cache still hands it out";
+}
+
 TEST(FrontCacheRecord, MisalignedAndUncacheableBlocksAreNotRecorded)
 {
   front_cache cache{1 * MiB};
@@ -952,6 +981,7 @@ TEST(FrontCache, EveryCallTheOwnerMakesOnANoexceptPathIsNoexcept)
   static_assert(noexcept(cache.take(1, 1)));
   static_assert(noexcept(cache.record(nullptr, 1)));
   static_assert(noexcept(cache.forget(nullptr)));
+  static_assert(noexcept(cache.unrecord(nullptr, 0)));
   static_assert(noexcept(cache.put(1, nullptr, 1)));
   static_assert(noexcept(cache.note_pressure()));
   static_assert(noexcept(cache.detach_all()));

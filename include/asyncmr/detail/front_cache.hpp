@@ -274,6 +274,17 @@ class front_cache {
    */
   bool forget(void* ptr) noexcept;
 
+  /**
+   * @brief For a block the owner frees to the pool itself, never into the cache (a free made
+   * inside a stream capture, or on a stream it cannot key): the record's word on it, as `put`
+   * would give it. `refused`: the record held it as handed out at the class `bytes` names and
+   * has let it go, and `graph`: a graph's allocation, whose note has gone; the caller frees
+   * either to the pool (and may `record` / `record_graph` it again if that free fails).
+   * `already_cached` (cached or parked: a second free) and `wrong_size` change nothing and the
+   * caller frees nothing; `not_recorded`: the record knows nothing of it.
+   */
+  [[nodiscard]] put_result unrecord(void* ptr, std::size_t bytes) noexcept;
+
   /// @brief The class bytes the record holds for `ptr` (handed out, cached or parked), or 0.
   [[nodiscard]] std::size_t recorded_bytes(void const* ptr) const noexcept;
 
