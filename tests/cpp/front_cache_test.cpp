@@ -1195,6 +1195,17 @@ void stress_thread(front_cache& cache, shadow& m, stream_key first_key, bool own
         ++n.wrong_size_accepted;
       }
     }
+    if (rng() % 40 == 0) {
+      // Freed inside a capture: the owner lets the record go and frees it to the pool itself.
+      auto const r = cache.unrecord(b.p, b.bytes);
+      if (r.status == put_status::refused || r.status == put_status::not_recorded) {
+        m.pool_free(b.p);
+      } else {
+        ++n.double_accepted;  // the user holds it: only those two answers are possible
+        m.pool_free(b.p);
+      }
+      return;
+    }
     bool const twice = own_streams && rng() % 50 == 0;
     std::shared_lock<std::shared_mutex> gate{release_gate, std::defer_lock};
     if (twice) { gate.lock(); }
@@ -1203,8 +1214,9 @@ void stress_thread(front_cache& cache, shadow& m, stream_key first_key, bool own
     if (r.status == put_status::cached) {
       // (Only on a stream of its own: on a shared one another thread may have taken the block
       // back already, and then a second free is indistinguishable from its owner's.)
-      if (twice && cache.put(key, b.p, b.bytes).status != put_status::already_cached) {
-        ++n.double_accepted;  // a second free of a cached block
+      if (twice && (cache.put(key, b.p, b.bytes).status != put_status::already_cached ||
+                    cache.unrecord(b.p, b.bytes).status != put_status::already_cached)) {
+        ++n.double_accepted;  // a second free of a cached block (outside or inside a capture)
       }
       return;
     }
