@@ -424,6 +424,65 @@ def test_a_process_using_gpu_1_makes_no_context_on_gpu_0_when_its_cache_reclaims
     assert "device 0: active 0" in proc.stdout, describe(proc)
 
 
+# A free into the cache from a thread that has no context (a Dask worker's, a callback's) on a
+# stream of GPU 1 makes the stream's marker in GPU 1's context, and no context on GPU 0.
+MARKER_CHILD = r"""
+import threading
+import asyncmr
+from cuda.bindings import runtime as rt
+from rmm.pylibrmm.stream import Stream
+rt.cudaSetDevice(1)
+mr = asyncmr.AsyncDeviceMR(1, pool="new", cache=1 << 20)
+s = Stream()  # a new stream, of GPU 1
+p = mr.allocate(64 << 10, s); s.synchronize()
+def free():
+    mr.deallocate(p, 64 << 10, s)
+t = threading.Thread(target=free); t.start(); t.join()
+info = mr.cache_info
+print("cached", info["blocks"], "unmarked", info["refused_unmarked"], flush=True)
+mr.release_cache(); mr.trim_to(0)
+del mr
+""" + PRIMARY_CONTEXTS
+
+
+def test_a_free_from_a_thread_without_a_context_marks_its_stream_in_the_streams_context(two_gpus):
+    proc = run_python(MARKER_CHILD, timeout=120)
+    assert proc.returncode == 0, describe(proc)
+    assert "cached 1 unmarked 0" in proc.stdout, describe(proc)
+    assert "device 1: active 1" in proc.stdout, describe(proc)
+    assert "device 0: active 0" in proc.stdout, describe(proc)
+
+
+def test_a_free_while_another_context_is_current_is_cached_and_leaves_that_context_current(gpu):
+    # A user's own context (cuCtxCreate) current while a block of the primary context's stream
+    # is freed: the stream's marker is made in the stream's context, and the thread's context is
+    # untouched (it used to be made in the current one, which the stream refuses: the free went
+    # to the pool, counted as refused_unmarked).
+    cupy = require_module("cupy")
+    from cuda.bindings import driver as cu
+    mr = make("device")
+    cs = cupy.cuda.Stream(non_blocking=True)  # the primary context's
+    rs = Stream(obj=cs)
+    p = mr.allocate(4 * KiB, rs)
+    cs.synchronize()
+    err, dev = cu.cuDeviceGet(0)
+    assert err == cu.CUresult.CUDA_SUCCESS
+    err, ctx = cu.cuCtxCreate(None, 0, dev)  # pushed: current on this thread now
+    assert err == cu.CUresult.CUDA_SUCCESS, err
+    try:
+        mr.deallocate(p, 4 * KiB, rs)
+        err, current = cu.cuCtxGetCurrent()
+        assert int(current) == int(ctx), "the free changed this thread's current context"
+    finally:
+        cu.cuCtxPopCurrent()
+        cu.cuCtxDestroy(ctx)
+    info = mr.cache_info
+    assert info["blocks"] == 1 and info["refused_unmarked"] == 0, info
+    assert mr.allocate(4 * KiB, rs) == p, "the stream's next allocation is the cached block"
+    mr.deallocate(p, 4 * KiB, rs)
+    cs.synchronize()
+
+
 # ---- 9. the attribute table is indexed checked ------------------------------------------------------
 
 ATTRIBUTE_CHILD = r"""
