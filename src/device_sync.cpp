@@ -60,6 +60,7 @@ struct context_functions {
   int (*push)(context_t)                             = nullptr;  // cuCtxPushCurrent_v2
   int (*pop)(context_t*)                             = nullptr;  // cuCtxPopCurrent_v2
   int (*get_current)(context_t*)                     = nullptr;  // cuCtxGetCurrent
+  int (*stream_context)(cudaStream_t, context_t*)    = nullptr;  // cuStreamGetCtx
   [[nodiscard]] bool complete() const noexcept
   {
     return device_get && primary_state && primary_retain && primary_release && push && pop &&
@@ -82,6 +83,7 @@ context_functions const& driver() noexcept
     find("cuCtxPushCurrent", f.push);
     find("cuCtxPopCurrent", f.pop);
     find("cuCtxGetCurrent", f.get_current);
+    find("cuStreamGetCtx", f.stream_context);
     return f;
   }();
   return fns;
@@ -140,6 +142,29 @@ active_context_scope::~active_context_scope()
   context_t popped = nullptr;
   f.pop(&popped);
   f.primary_release(retained_);
+}
+
+stream_context_scope::stream_context_scope(cudaStream_t stream) noexcept
+{
+  auto const& f = driver();
+  if (!f.complete() || f.stream_context == nullptr) { return; }
+  context_t ctx     = nullptr;
+  context_t current = nullptr;
+  if (f.stream_context(stream, &ctx) != 0 || ctx == nullptr || f.get_current(&current) != 0) {
+    return;
+  }
+  if (current != ctx) {
+    if (f.push(ctx) != 0) { return; }
+    pushed_ = true;
+  }
+  ok_ = true;
+}
+
+stream_context_scope::~stream_context_scope()
+{
+  if (!pushed_) { return; }
+  context_t popped = nullptr;
+  driver().pop(&popped);
 }
 
 }  // namespace asyncmr::detail

@@ -117,23 +117,18 @@ namespace {
 // leaves every capture on the device valid (a device-wide synchronization would invalidate
 // them: measured on the H200, docs/DRIVER_FACTS.md).
 
-// An event in the context of `stream`'s device (a bucket may be reused for a stream of another
-// device than the one that made its event), or nullptr.
+// An event in the context of `stream` (a bucket may be reused for a stream of another device or
+// context than the one that made its event), or nullptr. That context is pushed for the call
+// and popped after it, so the thread's own current context, a non-primary one or none, is left
+// as it was (a cudaSetDevice round trip would replace a non-primary context by a primary one,
+// and make device 0's primary context where the thread had none, on a device it never used).
 cudaEvent_t make_marker(cudaStream_t stream) noexcept
 {
-  int device = -1;
-  int current = -1;
-  bool const switch_device = cudaStreamGetDevice(stream, &device) == cudaSuccess &&
-                             cudaGetDevice(&current) == cudaSuccess && device != current;
-  clear_own_error(cudaGetLastError());
-  if (switch_device && cudaSetDevice(device) != cudaSuccess) {
-    clear_own_error(cudaGetLastError());
-    return nullptr;
-  }
+  stream_context_scope const in_stream_context{stream};
+  if (!in_stream_context.ok()) { return nullptr; }
   cudaEvent_t event = nullptr;
   auto const status = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
   clear_own_error(status);
-  if (switch_device) { clear_own_error(cudaSetDevice(current)); }
   return status == cudaSuccess ? event : nullptr;
 }
 

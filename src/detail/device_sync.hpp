@@ -30,4 +30,23 @@ class active_context_scope {
   int retained_{-1};  // the device whose primary context this scope retained and pushed
 };
 
+/**
+ * Makes the context of `stream` current on the calling thread for the scope (pushed, then
+ * popped: the thread's own context, primary or not, or none, is current again afterwards), for
+ * runtime calls that must make an object in the stream's context. `ok()` is false when the
+ * driver cannot name that context; nothing changed then.
+ */
+class stream_context_scope {
+ public:
+  explicit stream_context_scope(cudaStream_t stream) noexcept;
+  ~stream_context_scope();
+  stream_context_scope(stream_context_scope const&)            = delete;
+  stream_context_scope& operator=(stream_context_scope const&) = delete;
+  [[nodiscard]] bool ok() const noexcept { return ok_; }
+
+ private:
+  bool ok_{false};
+  bool pushed_{false};
+};
+
 }  // namespace asyncmr::detail
