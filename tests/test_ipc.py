@@ -58,8 +58,9 @@ print("CHECKED" if ok else "WRONG", flush=True)
 if how == "die":
     os._exit(0)  # holding the import: the driver must clean up after this process
 if how == "dealloc_gil":
-    # The import dies while a Python host function waits behind a kernel on the legacy stream,
-    # which its release waits for: that wait must not hold the GIL (or nothing ever runs).
+    # The import dies while a Python host function waits behind a kernel on the legacy stream:
+    # its release (a free and a wait on a stream of its own) must not hold the GIL, nor wait
+    # for the legacy stream with it.
     spin = cupy.RawKernel('extern "C" __global__ void spin(long long cycles)'
                           '{ long long t = clock64(); while (clock64() - t < cycles) {} }', "spin")
     ran = []
@@ -70,6 +71,37 @@ if how == "dealloc_gil":
     del imported, view
     null.synchronize()
     print("DEALLOC OK", ran, flush=True)
+    pool.close()
+    print("OK", flush=True)
+    sys.exit(0)
+if how == "dealloc_during_capture":
+    # The import dies while another thread captures, in global mode, on a blocking stream: its
+    # release must neither break that capture nor be refused there (leaving the import mapped).
+    import threading
+    from cuda.bindings import driver as cu
+    began, done, outcome = threading.Event(), threading.Event(), {}
+    def capture():
+        cs = cupy.cuda.Stream(non_blocking=False)
+        cs.begin_capture(cupy.cuda.runtime.streamCaptureModeGlobal)
+        began.set()
+        done.wait()
+        try:
+            cs.end_capture()
+            outcome["capture"] = "VALID"
+        except Exception as e:  # noqa: BLE001 - what the test reports
+            outcome["capture"] = f"BROKEN {type(e).__name__}: {e}"
+    t = threading.Thread(target=capture)
+    t.start()
+    began.wait()
+    address = imported.ptr
+    del imported, view
+    done.set()
+    t.join()
+    print("DEALLOC CAPTURE", outcome["capture"], flush=True)
+    err, _ = cu.cuPointerGetAttribute(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                                      address)
+    print("AFTER DEL", "MAPPED" if err == cu.CUresult.CUDA_SUCCESS else f"UNMAPPED ({err.name})",
+          flush=True)
     pool.close()
     print("OK", flush=True)
     sys.exit(0)
@@ -234,6 +266,12 @@ def test_an_import_dying_behind_a_python_host_function_does_not_deadlock(gpu):
 def test_a_release_inside_a_capture_is_refused_and_the_import_stays_live(gpu):
     _child_says("capture_release", "CAPTURE RELEASE REFUSED", "CAPTURE VALID", "IMPORT LIVE",
                 "STILL MAPPED")
+
+
+def test_an_import_dying_during_another_threads_global_capture_leaves_it_valid(gpu):
+    # It used to be released on the legacy stream, which a capture on a blocking stream forbids:
+    # the capture broke and the release was refused (the import stayed mapped).
+    _child_says("dealloc_during_capture", "DEALLOC CAPTURE VALID", "AFTER DEL UNMAPPED")
 
 
 def test_two_threads_releasing_one_import_free_it_once(gpu):
