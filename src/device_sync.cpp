@@ -144,23 +144,36 @@ active_context_scope::~active_context_scope()
   f.primary_release(retained_);
 }
 
-stream_context_scope::stream_context_scope(cudaStream_t stream) noexcept
+void* current_context() noexcept
+{
+  auto const& f     = driver();
+  context_t current = nullptr;
+  if (f.get_current == nullptr || f.get_current(&current) != 0) { return nullptr; }
+  return current;
+}
+
+void* stream_context(cudaStream_t stream) noexcept
 {
   auto const& f = driver();
-  if (!f.complete() || f.stream_context == nullptr) { return; }
-  context_t ctx     = nullptr;
+  context_t ctx = nullptr;
+  if (f.stream_context == nullptr || f.stream_context(stream, &ctx) != 0) { return nullptr; }
+  return ctx;
+}
+
+context_scope::context_scope(void* context) noexcept
+{
+  auto const& f = driver();
+  if (context == nullptr || !f.complete()) { return; }
   context_t current = nullptr;
-  if (f.stream_context(stream, &ctx) != 0 || ctx == nullptr || f.get_current(&current) != 0) {
-    return;
-  }
-  if (current != ctx) {
-    if (f.push(ctx) != 0) { return; }
+  if (f.get_current(&current) != 0) { return; }
+  if (current != context) {
+    if (f.push(context) != 0) { return; }
     pushed_ = true;
   }
   ok_ = true;
 }
 
-stream_context_scope::~stream_context_scope()
+context_scope::~context_scope()
 {
   if (!pushed_) { return; }
   context_t popped = nullptr;

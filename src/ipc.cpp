@@ -8,6 +8,7 @@
 // exporter's allocation completed, and must release it before the exporter frees it; an
 // imported pool cannot be allocated from.
 
+#include "detail/device_sync.hpp"
 #include "detail/driver_api.hpp"
 #include "detail/pool_state.hpp"
 
@@ -170,18 +171,22 @@ imported_allocation mem_pool::import_pointer(exported_pointer const& data) const
       "this one imports"};
   }
   if (status != cudaSuccess) { detail::throw_cuda_error(status, "cudaMemPoolImportPointer"); }
-  return imported_allocation{*this, ptr, mapped_bytes(ptr)};
+  return imported_allocation{*this, ptr, mapped_bytes(ptr), detail::current_context()};
 }
 
-imported_allocation::imported_allocation(mem_pool pool, void* ptr, std::size_t size) noexcept
-  : pool_{std::move(pool)}, ptr_{ptr}, size_{size}
+imported_allocation::imported_allocation(mem_pool pool,
+                                         void* ptr,
+                                         std::size_t size,
+                                         void* context) noexcept
+  : pool_{std::move(pool)}, ptr_{ptr}, size_{size}, context_{context}
 {
 }
 
 imported_allocation::imported_allocation(imported_allocation&& other) noexcept
   : pool_{std::move(other.pool_)},
     ptr_{other.ptr_.exchange(nullptr)},
-    size_{std::exchange(other.size_, 0)}
+    size_{std::exchange(other.size_, 0)},
+    context_{std::exchange(other.context_, nullptr)}
 {
 }
 
@@ -198,9 +203,32 @@ imported_allocation::~imported_allocation()
 {
   if (ptr_.load() == nullptr) { return; }
   try {
-    release(nullptr);
+    release();
   } catch (...) {  // NOLINT(bugprone-empty-catch): the import stays counted; nothing is freed twice
   }
+}
+
+void imported_allocation::release()
+{
+  if (ptr_.load() == nullptr) { return; }
+  // A stream nobody captures, made in the import's context (the calling thread may have another
+  // current, or none: a garbage collector's), and made, used and destroyed in relaxed mode, so
+  // that another thread's global-mode capture neither refuses nor breaks. The legacy stream
+  // would break a capture on any blocking stream of the device (docs/DRIVER_FACTS.md).
+  detail::relaxed_capture_guard const relaxed;
+  detail::context_scope const in_import_context{context_};
+  struct own_stream {
+    cudaStream_t s{nullptr};
+    own_stream() { ASYNCMR_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+    ~own_stream()
+    {
+      detail::blocking_region const wait;  // destroying it may wait for its work
+      detail::clear_own_error(cudaStreamDestroy(s));
+    }
+    own_stream(own_stream const&)            = delete;
+    own_stream& operator=(own_stream const&) = delete;
+  } const own;
+  release(own.s);
 }
 
 void imported_allocation::release(cudaStream_t stream)

@@ -124,7 +124,7 @@ namespace {
 // and make device 0's primary context where the thread had none, on a device it never used).
 cudaEvent_t make_marker(cudaStream_t stream) noexcept
 {
-  stream_context_scope const in_stream_context{stream};
+  context_scope const in_stream_context{stream_context(stream)};
   if (!in_stream_context.ok()) { return nullptr; }
   cudaEvent_t event = nullptr;
   auto const status = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);

@@ -262,8 +262,10 @@ class imported_allocation {
   imported_allocation& operator=(imported_allocation&& other) noexcept;
   imported_allocation(imported_allocation const&)            = delete;
   imported_allocation& operator=(imported_allocation const&) = delete;
-  /// @brief Releases on the legacy stream if still live; never throws (a release that fails
-  /// leaves the import counted: the pool is then never destroyed under it).
+  /// @brief `release()` if still live (never the legacy stream: a free queued there while
+  /// another thread captures on a blocking stream would break that capture, and be refused);
+  /// never throws (a release that fails leaves the import counted: the pool is then never
+  /// destroyed under it).
   ~imported_allocation();
 
   /// @brief The address in this process; nullptr once released.
@@ -285,15 +287,23 @@ class imported_allocation {
    * Threads releasing one import at once take turns: the first frees it, the others then find
    * it released and return.
    */
-  void release(cudaStream_t stream = nullptr);
+  void release(cudaStream_t stream);
+  /**
+   * @brief As `release(stream)`, on a non-blocking stream made for the call in the context the
+   * import was made in, in relaxed capture mode (what the destructor does, throwing): neither
+   * refused nor breaking while another thread captures, in any mode, nor needing the calling
+   * thread to have that context current. Idempotent.
+   */
+  void release();
 
  private:
   friend class mem_pool;
-  imported_allocation(mem_pool pool, void* ptr, std::size_t size) noexcept;
+  imported_allocation(mem_pool pool, void* ptr, std::size_t size, void* context) noexcept;
 
   mem_pool pool_{};
   std::atomic<void*> ptr_{nullptr};
   std::size_t size_{0};
+  void* context_{nullptr};  // the driver context current at the import (the destructor's)
   std::mutex release_mutex_{};  // one release at a time (a move takes none: it is not shared)
 };
 

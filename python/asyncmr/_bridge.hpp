@@ -213,6 +213,8 @@ inline void release_import(imported_allocation& imported, std::uintptr_t stream)
   imported.release(as_stream(stream));
 }
 
+inline void release_import_on_own_stream(imported_allocation& imported) { imported.release(); }
+
 inline std::uintptr_t import_address(imported_allocation const& imported) noexcept
 {
   return reinterpret_cast<std::uintptr_t>(imported.get());

@@ -265,6 +265,7 @@ cdef extern from "_bridge.hpp" namespace "asyncmr_py" nogil:
     unique_ptr[imported_allocation] import_pointer(const mem_pool&, const exported_pointer&) \
         except +translate_exception
     void release_import(imported_allocation&, uintptr_t) except +translate_exception
+    void release_import_on_own_stream(imported_allocation&) except +translate_exception
     uintptr_t import_address(const imported_allocation&)
     uintptr_t handle_of(const mem_pool&) except +translate_exception
     mem_pool adopt_handle(uintptr_t, cbool, optional[location_t], optional[AllocationType]) \

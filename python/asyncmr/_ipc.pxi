@@ -54,9 +54,9 @@ cdef class ImportedAllocation:
     """An allocation of another process, mapped into this one by
     :meth:`MemPool.import_pointer`. ``ptr`` is its address here, ``nbytes`` its size.
 
-    ``release(stream=DEFAULT_STREAM)`` frees the mapping (``cudaFreeAsync`` on ``stream``, then
-    waits for it, so the exporter may free its allocation once every importer returned); a
-    ``with`` block or the object's death releases it too. The imported pool lives at least as
+    ``release(stream=None)`` frees the mapping (``cudaFreeAsync`` on ``stream``, or on a stream
+    of its own, then waits for it, so the exporter may free its allocation once every importer
+    returned); a ``with`` block or the object's death releases it too. The imported pool lives at least as
     long.
     """
 
@@ -82,17 +82,27 @@ cdef class ImportedAllocation:
     def released(self):
         return not self.c_import or deref(self.c_import).released()
 
-    def release(self, Stream stream=DEFAULT_STREAM):
-        """Free the mapping in stream order on ``stream`` and wait for it. Idempotent.
+    def release(self, stream=None):
+        """Free the mapping in stream order and wait for it. Idempotent.
+
+        On ``stream`` when given (an ``rmm`` ``Stream``); by default on a stream of its own,
+        made for the call in the context the import was made in, which is safe while another
+        thread captures a graph in any mode (the legacy default stream is not: work queued there
+        breaks a capture on any blocking stream of the device). ``with`` and the object's death
+        release it that way too.
 
         A stream that is capturing is refused (:class:`UnsupportedError`) and nothing changes;
         if the driver refuses the free, :class:`CUDAError` is raised and the import stays live.
         """
         if not self.c_import:
             return
-        stream = as_stream(stream)
-        cdef uintptr_t s = <uintptr_t>stream._cuda_stream
-        with nogil:  # idempotent there: a second caller returns once the first's free has run
+        cdef uintptr_t s = 0
+        if stream is None:
+            with nogil:  # idempotent there: a second caller returns once the first's has run
+                release_import_on_own_stream(deref(self.c_import))
+            return
+        s = <uintptr_t>(<Stream?>as_stream(stream))._cuda_stream
+        with nogil:
             release_import(deref(self.c_import), s)
 
     def __enter__(self):
@@ -103,8 +113,8 @@ cdef class ImportedAllocation:
         return False
 
     def __dealloc__(self):
-        # The C++ object releases a live import on the legacy stream (never throwing), waiting
-        # without the GIL: a Python host function queued on that stream can still run.
+        # The C++ object releases a live import on a stream of its own (never throwing),
+        # waiting without the GIL: a Python host function queued anywhere can still run.
         with nogil:
             self.c_import.reset()
 

@@ -30,18 +30,23 @@ class active_context_scope {
   int retained_{-1};  // the device whose primary context this scope retained and pushed
 };
 
+/// The context current on the calling thread, or nullptr (none, or the driver cannot say).
+[[nodiscard]] void* current_context() noexcept;
+/// The context `stream` belongs to (the current one for the special handles), or nullptr.
+[[nodiscard]] void* stream_context(cudaStream_t stream) noexcept;
+
 /**
- * Makes the context of `stream` current on the calling thread for the scope (pushed, then
- * popped: the thread's own context, primary or not, or none, is current again afterwards), for
- * runtime calls that must make an object in the stream's context. `ok()` is false when the
- * driver cannot name that context; nothing changed then.
+ * Makes `context` current on the calling thread for the scope (pushed, then popped: the
+ * thread's own context, primary or not, or none, is current again afterwards), for runtime
+ * calls that must act in that context. `ok()` is false for a null context or when the driver
+ * refuses; nothing changed then.
  */
-class stream_context_scope {
+class context_scope {
  public:
-  explicit stream_context_scope(cudaStream_t stream) noexcept;
-  ~stream_context_scope();
-  stream_context_scope(stream_context_scope const&)            = delete;
-  stream_context_scope& operator=(stream_context_scope const&) = delete;
+  explicit context_scope(void* context) noexcept;
+  ~context_scope();
+  context_scope(context_scope const&)            = delete;
+  context_scope& operator=(context_scope const&) = delete;
   [[nodiscard]] bool ok() const noexcept { return ok_; }
 
  private:
