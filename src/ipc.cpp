@@ -109,6 +109,7 @@ mem_pool mem_pool::import_fd(int fd, asyncmr::location location, allocation_type
   state->handle   = h;
   state->owned    = true;
   state->imported = true;
+  state->live_imports = std::make_shared<std::atomic<std::int64_t>>(0);
   state->where    = location;
   state->type     = type;
   return mem_pool{std::move(state)};
@@ -157,12 +158,12 @@ imported_allocation mem_pool::import_pointer(exported_pointer const& data) const
   cudaError_t status{};
   // Counted before the import exists (and for as long as it lives): a close() from now on
   // parks the pool instead of destroying the import under it.
-  state_->live_imports.fetch_add(1);
+  state_->live_imports->fetch_add(1);
   {
     detail::relaxed_capture_guard guard;
     status = cudaMemPoolImportPointer(&ptr, h, &raw);
   }
-  if (status != cudaSuccess) { state_->live_imports.fetch_sub(1); }
+  if (status != cudaSuccess) { state_->live_imports->fetch_sub(1); }
   if (status == cudaErrorInvalidValue) {
     detail::clear_own_error(status);
     throw std::invalid_argument{
@@ -262,7 +263,7 @@ void imported_allocation::release(cudaStream_t stream)
     detail::throw_cuda_error(status, "cudaStreamSynchronize after releasing an imported allocation "
                                      "(the import stays counted)");
   }
-  pool_.state_->live_imports.fetch_sub(1);  // the free has run: the import may be destroyed now
+  pool_.state_->live_imports->fetch_sub(1);  // the free has run: the import may be destroyed now
 }
 
 }  // namespace asyncmr

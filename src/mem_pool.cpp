@@ -143,7 +143,7 @@ cudaMemPool_t pool_state::detach() noexcept
 pool_state::~pool_state()
 {
   // No mem_pool refers to this state any more, so no allocation can be in flight through it.
-  if (cudaMemPool_t const h = detach()) { retire(h, nullptr, imported); }
+  if (cudaMemPool_t const h = detach()) { retire(h, nullptr, live_imports); }
 }
 
 }  // namespace detail
@@ -563,7 +563,7 @@ void mem_pool::close()
   // Allocations through other copies may be in flight: the registry reads this state's
   // in-flight count before it decides to destroy the driver pool.
   std::lock_guard<std::mutex> lock{state_->close_mutex};
-  if (cudaMemPool_t const h = state_->detach()) { detail::retire(h, state_, state_->imported); }
+  if (cudaMemPool_t const h = state_->detach()) { detail::retire(h, state_, state_->live_imports); }
 }
 
 bool mem_pool::operator==(mem_pool const& other) const noexcept

@@ -32,7 +32,7 @@ namespace {
 struct parked_pool {
   cudaMemPool_t handle;
   std::weak_ptr<pool_state> state;  // expired: nothing can be in flight any more
-  bool imported;
+  import_count imports;             // an imported pool's live imports, which outlive its state
 };
 
 struct owned_pools {
@@ -77,18 +77,18 @@ bool holds_nothing(cudaMemPool_t h) noexcept
 bool parked_idle(parked_pool const& p) noexcept
 {
   auto const state = p.state.lock();
-  return idle(p.handle, state.get(), p.imported);
+  return idle(p.handle, state.get(), p.imports.get());
 }
 
 }  // namespace
 
-bool idle(cudaMemPool_t handle, pool_state const* state, bool imported) noexcept
+bool idle(cudaMemPool_t handle,
+          pool_state const* state,
+          std::atomic<std::int64_t> const* imports) noexcept
 {
-  if (state != nullptr && (state->in_flight.load() != 0 || state->live_imports.load() != 0)) {
-    return false;
-  }
-  // An imported pool's usage is the exporter's; this process's imports are counted above.
-  return imported || holds_nothing(handle);
+  if (state != nullptr && state->in_flight.load() != 0) { return false; }
+  // An imported pool's usage is the exporter's: this process's imports are what counts.
+  return imports != nullptr ? imports->load() == 0 : holds_nothing(handle);
 }
 
 namespace {
@@ -162,7 +162,9 @@ std::unique_lock<std::recursive_mutex> routing_lock()
   return std::unique_lock<std::recursive_mutex>{*routing};
 }
 
-void retire(cudaMemPool_t handle, std::shared_ptr<pool_state> const& state, bool imported) noexcept
+void retire(cudaMemPool_t handle,
+            std::shared_ptr<pool_state> const& state,
+            import_count imports) noexcept
 {
   auto& pools = registry();
   std::lock_guard<std::mutex> lock{pools.mutex};
@@ -171,7 +173,7 @@ void retire(cudaMemPool_t handle, std::shared_ptr<pool_state> const& state, bool
   // in_flight is read after the handle was cleared (sequentially consistent on both sides): an
   // allocation that read the handle before that is counted here; one that reads it after sees
   // nullptr and is refused.
-  parked_pool entry{handle, state, imported};
+  parked_pool entry{handle, state, std::move(imports)};
   if (parked_idle(entry)) {
     destroy(handle);
   } else {

@@ -26,9 +26,11 @@ struct pool_state {
   // Allocations between reading `handle` and the driver's return. close() parks the pool
   // instead of destroying it while this is non-zero (or anything is allocated from it).
   std::atomic<std::int64_t> in_flight{0};
-  // Allocations of another process mapped into this one (imported pools only): the import is
-  // not destroyed while any is live.
-  std::atomic<std::int64_t> live_imports{0};
+  // Allocations of another process mapped into this one (imported pools only, null for the
+  // rest): the import is not destroyed while any is live. Shared with the registry's parked
+  // entry, because it outlives this state: a release whose wait failed keeps its import counted
+  // for good (the free may not have run), and the pool must then never be destroyed.
+  std::shared_ptr<std::atomic<std::int64_t>> live_imports{};
   bool owned{false};
   bool imported{false};
   std::optional<location> where{};
@@ -98,10 +100,16 @@ struct handle_lookup {
 /// Sorts `handle` in one look at the registry (one lock: no window between the questions).
 [[nodiscard]] handle_lookup lookup(cudaMemPool_t handle);
 
-/// True if nothing is allocated from `handle` and nothing stays reserved in it after a trim to 0
-/// (no free still queued), no allocation is in flight and no import is live (what `state`
-/// knows; a null `state` is being destroyed, so nothing can be in flight).
-[[nodiscard]] bool idle(cudaMemPool_t handle, pool_state const* state, bool imported) noexcept;
+/// The live imports of an imported pool (`pool_state::live_imports`); null for any other pool.
+using import_count = std::shared_ptr<std::atomic<std::int64_t> const>;
+
+/// True if no allocation is in flight (what `state` knows; a null `state` is being destroyed,
+/// so nothing can be), and: for an imported pool (`imports` not null), no import is live; for
+/// any other, nothing is allocated from `handle` and nothing stays reserved in it after a trim
+/// to 0 (no free still queued).
+[[nodiscard]] bool idle(cudaMemPool_t handle,
+                        pool_state const* state,
+                        std::atomic<std::int64_t> const* imports) noexcept;
 
 /**
  * Records a pool asyncmr owns, so that adopting its handle elsewhere shares `state`. When
@@ -114,9 +122,12 @@ struct handle_lookup {
 /**
  * Destroys `handle` (closed by `state`) now if it is `idle`, else trims and parks it; then
  * destroys every parked pool that became idle.
- * `state` may be null when the state is being destroyed (nothing can then be in flight).
+ * `state` may be null when the state is being destroyed (nothing can then be in flight);
+ * `imports` is the pool's `live_imports` (null unless imported).
  */
-void retire(cudaMemPool_t handle, std::shared_ptr<pool_state> const& state, bool imported) noexcept;
+void retire(cudaMemPool_t handle,
+            std::shared_ptr<pool_state> const& state,
+            import_count imports) noexcept;
 
 /**
  * The process-wide pool asyncmr creates for `type` at `where` and never destroys, standing in
