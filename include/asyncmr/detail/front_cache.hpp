@@ -98,7 +98,10 @@
  * `take` and `put` take no global lock: a thread-local table maps (cache id, key) to the key's
  * bucket; only the first time a thread meets a key does it take the registry lock. The cache id
  * is unique per cache object for the life of the process. Each bucket has its own small lock;
- * the ownership record is a lock-free table whose slots a thread mostly keeps to itself.
+ * the ownership record is a lock-free table whose slots a thread mostly keeps to itself. The
+ * way out (`release`, `reclaim_stale`) takes one more lock, a mutex held from the park to the
+ * last block handed over, so a release never finds blocks another thread parked and has not
+ * handed over yet (lock order: that mutex, then the registry's, then a bucket's).
  */
 
 #include <asyncmr/front_cache_stats.hpp>
