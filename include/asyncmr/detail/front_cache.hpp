@@ -363,7 +363,8 @@ class front_cache {
    * parked before it began has been given to an `f`, this call's or one that ended before it.
    * (The owner's wait for its release stream after this then covers them all.) A thread that
    * finds the lock held waits in a `blocking_region`: the holder's `f` makes driver calls that
-   * may wait for the device. `f` as for `free_parked`. Returns how many blocks `f` received.
+   * may wait for the device. `f` as for `free_parked`, except that it runs under the release
+   * lock: it must not call `release` or `reclaim_stale`. Returns how many blocks `f` received.
    */
   template <class F>
   std::size_t release(F&& f) noexcept
