@@ -169,6 +169,45 @@ def test_a_closed_mempool_is_still_refused(gpu):
 
 # ---- 4. close() racing allocate() --------------------------------------------------------------
 
+def test_closing_a_view_while_another_thread_trims_through_it_is_safe(gpu):
+    # A view of an owned pool whose owner is gone holds the pool's last reference: its close
+    # ends the pool. It used to replace the object's state while another thread, the GIL let
+    # go, was inside trim_to on that same object (a use of freed memory). Each use now works on
+    # a copy of its own, and the close takes the object's place only with the GIL held.
+    for _ in range(50):
+        owner = MemPool.create(Location.device(0), "device")
+        view = MemPool.from_handle(owner.handle)  # shares the owner's state
+        del owner
+        go, stop, errors, trims = threading.Event(), threading.Event(), [], [0]
+
+        def trim():
+            go.wait()
+            while not stop.is_set():
+                try:
+                    view.trim_to(0)
+                    trims[0] += 1
+                except asyncmr.PoolClosedError:
+                    pass
+                except Exception as e:  # noqa: BLE001 - reported below
+                    errors.append(e)
+                    return
+
+        threads = [threading.Thread(target=trim, daemon=True) for _ in range(2)]
+        for t in threads:
+            t.start()
+        go.set()
+        while trims[0] == 0 and not errors:
+            pass
+        view.close()
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+        assert not errors, errors
+        assert view.closed
+        with pytest.raises(asyncmr.PoolClosedError):
+            view.trim_to(0)
+
+
 @pytest.mark.parametrize("door", ["mr.allocate", "rmm.DeviceBuffer"])
 def test_close_while_threads_allocate(gpu, door):
     for _ in range(5):
