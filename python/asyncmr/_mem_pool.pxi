@@ -142,9 +142,11 @@ cdef class MemPool:
         pool this releases memory for every user in the process.
         """
         cdef size_t keep = _validate.size("min_bytes_to_keep", min_bytes_to_keep, optional=False)
-        cdef mem_pool* pool = self.get()
+        # A copy of its own while the GIL is out (see close): this object may be closed meanwhile.
+        cdef unique_ptr[mem_pool] pool
+        pool.reset(new mem_pool(deref(self.get())))
         with nogil:
-            pool.trim_to(keep)
+            pool.get().trim_to(keep)
 
     def reset_peaks(self):
         """Reset both watermarks (``used_mem_high``, ``reserved_mem_high``). The peak trackers
@@ -172,9 +174,10 @@ cdef class MemPool:
             ids = list(range(require_cuda()))
         cdef vector[int] c_ids = ids
         cdef AccessMode mode_value = c_mode
-        cdef mem_pool* pool = self.get()
+        cdef unique_ptr[mem_pool] pool  # a copy of its own while the GIL is out (see close)
+        pool.reset(new mem_pool(deref(self.get())))
         with nogil:  # the driver may wait for the device to change the mappings
-            pool.set_access(c_ids, mode_value)
+            pool.get().set_access(c_ids, mode_value)
 
     def access(self, device):
         """The access ("rw", "r" or "none") ``device`` has to this pool's memory."""
@@ -206,9 +209,18 @@ cdef class MemPool:
         """Close an owned pool: every later use raises PoolClosedError (a view just stops being
         usable here). The driver pool is destroyed now, or, while blocks are live or their frees
         still queued on streams, at a later close or create. Idempotent."""
-        cdef mem_pool* pool = self.get()
-        with nogil:  # destroying a pool may wait for the device
-            pool.close()
+        # A C++ mem_pool must not be closed while another thread uses the same object (closing
+        # a view replaces its state). So a copy is closed, without the GIL (destroying a pool
+        # may wait for the device), and takes this object's place with the GIL held; the methods
+        # that let the GIL go work on copies of their own, and the one replaced is dropped
+        # without the GIL (it may hold a pool's last reference).
+        cdef unique_ptr[mem_pool] closing
+        closing.reset(new mem_pool(deref(self.get())))
+        with nogil:
+            closing.get().close()
+        self.c_pool.swap(closing)
+        with nogil:
+            closing.reset()
 
     # ---- IPC ----------------------------------------------------------------------------
 
