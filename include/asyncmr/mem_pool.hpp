@@ -230,6 +230,9 @@ class mem_pool {
    * is trimmed and its destruction deferred to a later close or create ("parked"), because
    * freeing into a destroyed pool crashed the 13.0 driver and destroying one under queued frees
    * left their streams never finishing.
+   *
+   * Like any non-const member, not to be called while another thread uses this same object
+   * (closing a view replaces its state); copies may be used and closed from any thread.
    */
   void close();
 
