@@ -42,6 +42,8 @@ def rows(table):
     (dict(release_threshold="lots"), ValueError, "not a byte count"),
     (dict(release_threshold=-1), ValueError, "release_threshold"),
     (dict(release_threshold=1.5), TypeError, "release_threshold"),
+    (dict(release_threshold="1e400"), ValueError, "release_threshold '1e400'"),
+    (dict(release_threshold=""), ValueError, "release_threshold '' is not a byte count"),
     (dict(cupy="yes"), TypeError, "cupy must be a bool"),
     (dict(replace_existing=1), TypeError, "replace_existing must be a bool"),
     (dict(name=""), ValueError, "name"),

@@ -388,6 +388,62 @@ def test_load_refuses_a_pickle_that_names_a_class_without_running_it(tmp_path):
         hist.load(path)
 
 
+DEEP_CHILD = r"""
+import sys
+from asyncmr import history
+for reader in (history.load, history.load_many):
+    try:
+        reader(sys.argv[1])
+    except ValueError as e:
+        print("REFUSED", e, flush=True)
+"""
+
+
+@pytest.mark.parametrize("depth", [100_000, 1_000_000])
+def test_a_deeply_nested_pickle_is_refused_without_crashing(tmp_path, depth):
+    # {((...(0,),...),): {}}: a tuple nested `depth` deep as a dict key, a few bytes a level. The
+    # C unpickler hashes the key recursively (the interpreter died: SIGSEGV at 1e6 levels), and
+    # a message that shows it recursed past Python's limit. Run in a child: a crash must not
+    # take the test run with it.
+    import subprocess
+    import sys
+
+    path = tmp_path / "deep.pickle"
+    path.write_bytes(b"\x80\x02}K\x00" + b"\x85" * depth + b"}s.")
+    proc = subprocess.run([sys.executable, "-c", DEEP_CHILD, str(path)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2 and all(
+        line.startswith(f"REFUSED asyncmr: {path} is not a history file: it nests values "
+                        f"deeper than") for line in lines), proc.stdout
+
+
+@pytest.mark.parametrize("save", [
+    lambda target: make_history().save(target),
+    lambda target: hist.save_many(target, {"w": make_history(worker="w")}),
+])
+def test_a_file_descriptor_is_not_taken_for_a_path(save):
+    # open() takes an int as a descriptor: a save wrote the pickle to it and closed it, a load
+    # read from it and closed it (standard input, for 0).
+    import os
+
+    r, w = os.pipe()
+    try:
+        with pytest.raises(TypeError, match="path must be a str or an os.PathLike, got int"):
+            save(w)
+        for reader in (hist.load, hist.load_many):
+            with pytest.raises(TypeError, match="path must be a str or an os.PathLike, got int"):
+                reader(r)
+        os.fstat(r), os.fstat(w)  # both still open
+        os.set_blocking(r, False)
+        with pytest.raises(BlockingIOError):
+            os.read(r, 1)  # and nothing was written to the pipe
+    finally:
+        os.close(r)
+        os.close(w)
+
+
 def test_load_of_a_malformed_history_names_the_file_and_the_field(tmp_path):
     path = tmp_path / "bad.pickle"
     snap = make_history().snapshot()
@@ -417,6 +473,9 @@ def test_one_and_many_files_each_point_to_their_reader(tmp_path):
     ({"device": None}, ValueError, r"header\['device'\] is None for a device pool"),
     ({"kind": "pinned"}, ValueError, r"header\['device'\] is 0 for a pinned pool"),
     ({"device": -1}, ValueError, r"header\['device'\] must be >= 0"),
+    ({"device": 2**31}, ValueError, r"header\['device'\] must be <= 2147483647, got 2147483648"),
+    ({"pool": 2**64}, ValueError, r"header\['pool'\] must be <= 18446744073709551615"),
+    ({"max_events": 10**30}, ValueError, r"header\['max_events'\] must be <= "),
     ({"dropped": True}, TypeError, r"header\['dropped'\] must be an int, got bool"),
     ({"stacks": "all"}, ValueError, r"header\['stacks'\] is 'all'"),
     ({"phases": {}}, TypeError, r"header\['phases'\] must be a list"),
@@ -443,6 +502,9 @@ def test_a_header_without_a_field_is_refused_naming_it():
 @pytest.mark.parametrize("index, change, exc, match", [
     (1, {"action": "malloc"}, ValueError, r"events\[1\]\['action'\] is 'malloc'"),
     (1, {"bytes": -1}, ValueError, r"events\[1\]\['bytes'\] must be >= 0"),
+    (1, {"bytes": 2**64}, ValueError, r"events\[1\]\['bytes'\] must be <= 18446744073709551615"),
+    (2, {"reserved": 10**400}, ValueError, r"events\[2\]\['reserved'\] must be <= "),
+    (2, {"time_ns": 2**64}, ValueError, r"events\[2\]\['time_ns'\] must be <= "),
     (2, {"stream": 1.0}, TypeError, r"events\[2\]\['stream'\] must be an int, got float"),
     (3, {"frames": None}, TypeError, r"events\[3\]\['frames'\] must be a list"),
     (6, {"frames": [frame("f")]}, ValueError,
@@ -505,6 +567,14 @@ def test_plot_writes_a_png_of_one_history(tmp_path):
     pytest.importorskip("matplotlib", reason="the timeline needs matplotlib")
     out = hist.plot(make_history(), tmp_path / "one.png", title="one pool")
     assert out == tmp_path / "one.png" and _is_png(out)
+
+
+def test_plot_draws_phase_names_and_titles_as_text_not_mathtext(tmp_path):
+    # matplotlib reads $...$ as math: "$\\foo$" ended the plot with a ParseFatalException.
+    pytest.importorskip("matplotlib", reason="the timeline needs matplotlib")
+    phases = [{"name": r"cost $\foo$ 50%", "start_ns": 1_001_000, "end_ns": 1_005_000}]
+    out = hist.plot(make_history(phases=phases), tmp_path / "t.png", title=r"run $\bar$")
+    assert _is_png(out)
 
 
 def test_plot_writes_a_png_of_many_workers_one_lane_each(tmp_path):
