@@ -11,6 +11,7 @@ import pickletools
 import pytest
 
 from asyncmr import history as hist
+from asyncmr._pickle_files import nesting
 from asyncmr.history import History
 
 MiB = 1 << 20
@@ -417,6 +418,69 @@ def test_a_deeply_nested_pickle_is_refused_without_crashing(tmp_path, depth):
     assert len(lines) == 2 and all(
         line.startswith(f"REFUSED asyncmr: {path} is not a history file: it nests values "
                         f"deeper than") for line in lines), proc.stdout
+
+
+def _nesting_by_genops(data):
+    """The reference for history's nesting scan: the same rule on pickletools.genops' reading
+    of the opcodes (slow, in Python)."""
+    fills = {"APPEND", "APPENDS", "SETITEM", "SETITEMS", "ADDITEMS", "BUILD", "DUP"}
+    mark, deepest, stack, memo = object(), 0, [], {}
+    for op, arg, _ in pickletools.genops(data):
+        if op.name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
+            memo[arg if op.name != "MEMOIZE" else len(memo)] = stack[-1] if stack else 0
+            continue
+        if op.name in ("GET", "BINGET", "LONG_BINGET"):
+            stack.append(memo.get(arg, 0))
+            continue
+        items = -1
+        if pickletools.stackslice in op.stack_before:
+            while stack[-1] is not mark:
+                items = max(items, stack.pop())
+            stack.pop()
+            fixed = op.stack_before.index(pickletools.markobject)
+        else:
+            fixed = len(op.stack_before)
+        below = [stack.pop() for _ in range(fixed)][::-1]
+        if op.name in fills and below:
+            depth = max(below[0], max([items, *below[1:]]) + 1)
+        else:
+            depth = max([items, *below]) + 1
+        for item in op.stack_after:
+            stack.append(mark if item is pickletools.markobject else depth)
+        if op.stack_after and pickletools.markobject not in op.stack_after:
+            deepest = max(deepest, depth)
+    return deepest
+
+
+def _random_value(rng, depth):
+    if depth == 0 or rng.random() < 0.3:
+        return rng.choice([None, True, 7, -(2**70), 1.5, "s", "ü" * 300, b"b", b"x" * 300])
+    kind = rng.choice(["tuple", "list", "dict", "set", "frozenset"])
+    n = rng.randrange(0, 4)
+    if kind in ("set", "frozenset"):
+        values = {rng.choice([1, 2, "a", (1, (2,))]) for _ in range(n)}
+        return set(values) if kind == "set" else frozenset(values)
+    children = [_random_value(rng, depth - 1) for _ in range(n)]
+    if children and rng.random() < 0.3:
+        children.append(children[0])  # shared: read back through the memo
+    if kind == "dict":
+        return {f"k{i}": c for i, c in enumerate(children)}
+    return tuple(children) if kind == "tuple" else children
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_the_nesting_scan_agrees_with_pickletools(protocol):
+    import random
+
+    rng = random.Random(protocol)
+    for _ in range(300):
+        data = pickle.dumps(_random_value(rng, rng.randrange(0, 9)), protocol=protocol)
+        assert nesting(data) == _nesting_by_genops(data), pickletools.dis(data)
+        with pytest.raises(ValueError):
+            nesting(data[:-1])  # no STOP
+    for bad in (b"", b"\xff", b"K", b"X\xff\xff\xff\x7f", b"e."):  # unknown op, short, no mark
+        with pytest.raises(ValueError):
+            nesting(bad)
 
 
 @pytest.mark.parametrize("save", [

@@ -91,7 +91,7 @@ def draw(history_or_many: History | Mapping[str, History], out_path: Path,
         kinds = sorted({h.header["kind"] for _, h in lanes})
         title = f"asyncmr allocation history: {', '.join(kinds)} pool" + (
             f"s of {len(lanes)} workers" if len(lanes) > 1 else "")
-    fig.suptitle(title)
+    fig.suptitle(title, parse_math=False)  # user text: "$" is a dollar, not mathtext
     fig.savefig(out_path, format="png", dpi=100)
     return out_path
 
@@ -99,7 +99,7 @@ def draw(history_or_many: History | Mapping[str, History], out_path: Path,
 def _lane(ax: Axes, name: str, history: History, unit: str, scale: int) -> None:
     dropped = history.dropped
     ax.set_title(name + (f"  ({dropped} oldest events dropped: the lane starts later)"
-                         if dropped else ""), loc="left", fontsize=10)
+                         if dropped else ""), loc="left", fontsize=10, parse_math=False)
     ax.set_ylabel(f"bytes ({unit})")
     ax.grid(alpha=0.3)
     # The recorder's order can be a few ns out of time order across threads: draw in time.
@@ -161,4 +161,5 @@ def _phases(ax: Axes, phases: Sequence[dict[str, Any]], t0: int, t_end: int,
         else:
             ax.axvline(start, color=colour, alpha=0.6)
         ax.text(start, 0.98, f" {phase_label(phase)}", transform=ax.get_xaxis_transform(),
-                ha="left", va="top", fontsize=8, color=colour, clip_on=True)
+                ha="left", va="top", fontsize=8, color=colour, clip_on=True,
+                parse_math=False)

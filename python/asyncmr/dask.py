@@ -92,10 +92,13 @@ def _threshold(value):
     if isinstance(value, str):
         from dask.utils import parse_bytes
 
+        text = value
         try:
-            value = parse_bytes(value)
-        except ValueError as e:
-            raise ValueError(f"release_threshold {value!r} is not a byte count: {e}") from None
+            if not text.strip():
+                raise ValueError("it is empty")
+            value = parse_bytes(text)
+        except (ValueError, OverflowError) as e:  # OverflowError: "1e400" is infinite
+            raise ValueError(f"release_threshold {text!r} is not a byte count: {e}") from None
     return _size("release_threshold", value)
 
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import pickle
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from asyncmr._pickle_files import PICKLE_PROTOCOL, read_plain_pickle, write_pickle
 
 __all__ = ["ACTIONS", "KINDS", "VERSION", "History", "gather", "load", "load_many", "main",
            "plot", "save_many"]
@@ -33,11 +34,10 @@ _MAKES_LIVE = frozenset({"alloc", "cache_hit"})
 _ENDS_LIVE = frozenset({"free", "cache_put"})
 _EVENT_INTS = ("time_ns", "address", "bytes", "stream", "reserved", "used", "cached")
 _MANY_KEY = "asyncmr_histories"
+_UINT64_MAX = 2**64 - 1
+_INT32_MAX = 2**31 - 1
 _Event = dict[str, Any]
 _Step = tuple[str, _Event, _Event]  # ("alloc" | "free" | "oom", event, block): see _replay
-# PyTorch's viewer (torch/utils/viz/MemoryViz.js, unpickle) reads pickle protocols 2 to 4 only;
-# Python 3.14 writes 5 by default.
-PICKLE_PROTOCOL = 4
 # Blocks closer together than this share one segment of the snapshot. A display choice (the
 # driver does not say how it lays out a pool): alignment padding and small holes between
 # neighbours should not cut a segment into slivers.
@@ -58,11 +58,15 @@ def _get(where: str, record: Mapping[str, Any], key: str) -> Any:
         raise ValueError(f"asyncmr: {where} has no {key!r}") from None
 
 
-def _int(where: str, value: object, minimum: int = 0) -> int:
+def _int(where: str, value: object, minimum: int = 0, maximum: int = _UINT64_MAX) -> int:
+    """An int in [minimum, maximum]: every field is a uint64 in C++ unless said otherwise (a
+    value past that came from nowhere asyncmr writes, and would overflow what reads it)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise _type_error(where, "an int", value)
     if value < minimum:
         raise ValueError(f"asyncmr: {where} must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise ValueError(f"asyncmr: {where} must be <= {maximum}, got {value}")
     return value
 
 
@@ -96,7 +100,7 @@ def _check_header(header: object) -> dict[str, Any]:
     _int("header['pool']", _get("header", h, "pool"), 1)
     device = _get("header", h, "device")
     if device is not None:
-        _int("header['device']", device)
+        _int("header['device']", device, maximum=_INT32_MAX)  # a CUDA device ordinal
     if (kind == "device") != (device is not None) and kind != "managed":
         raise ValueError(f"asyncmr: header['device'] is {device} for a {kind} pool: a device "
                          f"pool's memory is on a device (an int), a pinned pool's on the host "
@@ -129,7 +133,7 @@ def _check_event(i: int, event: object, stacks: str) -> dict[str, Any]:
     out = dict(e)
     action = _choice(f"{where}['action']", _get(where, e, "action"), ACTIONS)
     for key in _EVENT_INTS:  # names the field only for a value that fails the quick test
-        if type(value := _get(where, e, key)) is not int or value < 0:
+        if type(value := _get(where, e, key)) is not int or not 0 <= value <= _UINT64_MAX:
             _int(f"{where}[{key!r}]", value)
     frames = _typed(f"{where}['frames']", _get(where, e, "frames"), (list, tuple), "a list")
     if frames and stacks != "python":
@@ -277,7 +281,7 @@ class History:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Writes :meth:`snapshot` to ``path`` as a pickle (what PyTorch's viewer loads; pickle
         protocol 4, the newest it reads). :func:`load` reads it back."""
-        _write(path, self.snapshot())
+        write_pickle(path, self.snapshot())
 
     def _raw(self) -> dict[str, Any]:
         return {"header": self.header,
@@ -401,23 +405,6 @@ def _segments(events: Sequence[_Event], live: dict[int, _Event], device: int,
 
 # ---- files ---------------------------------------------------------------------------------------
 
-class _Refused(pickle.UnpicklingError):
-    pass
-
-
-class _PlainUnpickler(pickle.Unpickler):
-    """Reads only plain values (dicts, lists, tuples, str, int, float, bool, None): a history
-    holds nothing else, and a pickle that names a class could run code when loaded."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise _Refused(f"{module}.{name}")
-
-
-def _write(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
-    with open(path, "wb") as f:
-        pickle.dump(data, f, protocol=PICKLE_PROTOCOL)
-
-
 def _from_raw(where: str, raw: object) -> History:
     r = _typed(where, raw, Mapping, "a dict")
     return History(_get(where, r, "header"), _get(where, r, "events"))
@@ -425,16 +412,8 @@ def _from_raw(where: str, raw: object) -> History:
 
 def _read(path: str | os.PathLike[str]) -> History | dict[str, History]:
     """The history in a file from History.save, or the histories in one from save_many."""
-    with open(path, "rb") as f:
-        try:
-            data = _PlainUnpickler(f).load()
-        except _Refused as e:
-            raise ValueError(f"asyncmr: {os.fspath(path)} is not a history file: it holds a "
-                             f"{e} object (refused, not loaded: a history holds only plain "
-                             f"values)") from None
-        except Exception as e:  # noqa: BLE001 - any failure to unpickle means "not a history"
-            raise ValueError(f"asyncmr: {os.fspath(path)} is not a history file: it does not "
-                             f"unpickle ({' '.join(str(e).split())})") from None
+    data = read_plain_pickle(path, what="a history file",
+                             why="a history holds only plain values, nesting six levels")
     try:
         if isinstance(data, dict) and "asyncmr" in data:
             return _from_raw("its 'asyncmr'", data["asyncmr"])
@@ -448,7 +427,7 @@ def _read(path: str | os.PathLike[str]) -> History | dict[str, History]:
                                      f"{h.header['worker']!r}")
                 out[_str("a worker name", name)] = h
             return out
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
         raise ValueError(f"asyncmr: {os.fspath(path)} holds a malformed history: "
                          f"{str(e).removeprefix('asyncmr: ')}") from None
     if isinstance(data, dict) and "segments" in data:
@@ -510,7 +489,7 @@ def save_many(path: str | os.PathLike[str], histories: Mapping[str, History]) ->
     PyTorch's viewer does not open this file (its snapshot has one trace per device, not per
     worker); ``load_many(path)[worker].save(p)`` writes one worker's snapshot that it opens.
     """
-    _write(path, gather(histories))
+    write_pickle(path, gather(histories))
 
 
 def load_many(path: str | os.PathLike[str]) -> dict[str, History]:
