@@ -16,11 +16,20 @@ namespace {
 thread_local int t_failing          = 0;
 thread_local unsigned long t_refused = 0;
 thread_local unsigned long t_count   = 0;
+thread_local void (*t_at_refusal)(void*) noexcept = nullptr;
+thread_local void* t_at_refusal_context          = nullptr;
 
 void* allocate(std::size_t n, std::size_t align)
 {
   ++t_count;
   if (t_failing > 0) {
+    if (auto* const hook = t_at_refusal) {
+      t_at_refusal = nullptr;
+      int const failing = t_failing;
+      t_failing         = 0;  // the hook may allocate
+      hook(t_at_refusal_context);
+      t_failing = failing;
+    }
     ++t_refused;
     throw std::bad_alloc{};
   }
@@ -40,7 +49,18 @@ counting_allocations::~counting_allocations() = default;
 unsigned long counting_allocations::count() const noexcept { return t_count - before_; }
 
 failing_allocations::failing_allocations() noexcept : before_{t_refused} { ++t_failing; }
-failing_allocations::~failing_allocations() { --t_failing; }
+failing_allocations::failing_allocations(void (*at_refusal)(void*) noexcept, void* context) noexcept
+  : before_{t_refused}
+{
+  ++t_failing;
+  t_at_refusal         = at_refusal;
+  t_at_refusal_context = context;
+}
+failing_allocations::~failing_allocations()
+{
+  --t_failing;
+  t_at_refusal = nullptr;
+}
 unsigned long failing_allocations::refused() const noexcept { return t_refused - before_; }
 
 }  // namespace asyncmr::test

@@ -29,10 +29,13 @@ class counting_allocations {
   unsigned long before_;
 };
 
-/// @brief While alive, `operator new` on this thread throws `std::bad_alloc`.
+/// @brief While alive, `operator new` on this thread throws `std::bad_alloc`; `at_refusal`,
+/// when given, runs (once, with this thread's allocations working) just before the first
+/// refusal throws: a test puts another thread's step exactly there.
 class failing_allocations {
  public:
   failing_allocations() noexcept;
+  explicit failing_allocations(void (*at_refusal)(void*) noexcept, void* context) noexcept;
   ~failing_allocations();
   failing_allocations(failing_allocations const&)            = delete;
   failing_allocations& operator=(failing_allocations const&) = delete;

@@ -239,6 +239,52 @@ TEST(FrontCacheRecord, ForgetDropsAHandedOutBlockOnly)
   EXPECT_EQ(cache.put(1, p, 4 * KiB).status, put_status::not_recorded);
 }
 
+TEST(FrontCacheThreads, AStreamsBucketIsBoundOnlyOnceNothingCanFailAnyMore)
+{
+  // A thread that met stream 1 before keeps its bucket in its own table. The bucket goes idle
+  // and back to the spares; another thread meets stream 1, takes that spare, and the map entry
+  // it then needs cannot be allocated. A put from the first thread in that moment must not end
+  // up in a bucket the failed lookup gives back to the spares: the next new stream would get
+  // the block, freed on stream 1, with no ordering.
+  front_cache cache{1 * MiB};
+  void* const y = handed(cache, 1, 4 * KiB);
+  std::atomic<int> step{0};
+  put_status late{};
+  std::thread other{[&] {
+    EXPECT_EQ(cache.take(1, 4 * KiB), nullptr);  // meets stream 1: a bucket, in its table
+    step.store(1);
+    while (step.load() != 2) { std::this_thread::yield(); }
+    late = cache.put(1, y, 4 * KiB).status;
+    step.store(3);
+  }};
+  while (step.load() != 1) { std::this_thread::yield(); }
+  cache.detach_stale();  // a new epoch
+  cache.detach_stale();  // stream 1 idle for all of it: its bucket goes to the spares
+  ASSERT_EQ(cache.stats().streams, 0U);
+  struct moment {
+    std::atomic<int>* step;
+    static void run(void* self) noexcept
+    {
+      auto& s = *static_cast<moment*>(self)->step;
+      s.store(2);  // the other thread's put, now; given a moment (it may need the registry)
+      auto const until = std::chrono::steady_clock::now() + std::chrono::milliseconds{200};
+      while (s.load() != 3 && std::chrono::steady_clock::now() < until) {
+        std::this_thread::yield();
+      }
+    }
+  } at{&step};
+  {
+    asyncmr::test::failing_allocations const no_memory{&moment::run, &at};
+    EXPECT_EQ(cache.take(1, 4 * KiB), nullptr);
+  }
+  other.join();
+  EXPECT_NO_THROW(static_cast<void>(cache.check_invariants()));
+  EXPECT_NE(cache.take(2, 4 * KiB), y) << "a block freed on stream 1 went to stream 2";
+  if (late == put_status::cached) {
+    EXPECT_EQ(cache.take(1, 4 * KiB), y) << "cached, it is stream 1's";
+  }
+}
+
 TEST(FrontCacheRecord, UnrecordLetsGoOfAHandedOutBlockOnlyAtItsClass)
 {
   // The owner's free inside a capture: the record is asked before the driver.
