@@ -222,22 +222,23 @@ front_cache::bucket* front_cache::find_slow(stream_key stream) noexcept
     if (auto const it = by_key_.find(stream); it != by_key_.end()) {
       found = it->second;
     } else {
+      // The map's entry first, a bucket bound to the stream only after: once bound, another
+      // thread whose own table still names that bucket for this stream (from before it went
+      // idle and to the spares) may put a block into it, so nothing may fail and unbind it
+      // after that. Out of host memory: a miss / a refusal (rule 5), nothing bound.
+      decltype(by_key_)::iterator entry;
       try {
-        by_key_.reserve(by_key_.size() + 1);  // the bucket array; the node comes below
+        by_key_.reserve(by_key_.size() + 1);
+        entry = by_key_.try_emplace(stream, nullptr).first;
       } catch (...) {
         return nullptr;
       }
-      found = spare_or_new(stream);
-      if (found == nullptr) { return nullptr; }
-      try {
-        by_key_.emplace(stream, found);  // allocates the map's node
-      } catch (...) {
-        // Out of host memory: a miss / a refusal (rule 5), and the bucket goes back to the
-        // spares it came from (this allocates nothing).
-        lock_scope const g{found->lock};
-        retire(*found);
+      found = spare_or_new(stream);  // allocates nothing once a bucket exists to bind
+      if (found == nullptr) {
+        by_key_.erase(entry);
         return nullptr;
       }
+      entry->second = found;
     }
   }
   unsigned const s = first_tls_slot(id_, stream);
