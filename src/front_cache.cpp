@@ -350,8 +350,7 @@ put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes, voi
 {
   if (ptr == nullptr || bytes == 0 || bytes > max_block_) {
     if (ptr != nullptr) {
-      if (auto const* slot = find_slot(ptr);
-          slot != nullptr && class_of(slot->load(std::memory_order_acquire)) == graph_class) {
+      if (auto const [slot, v] = find_record(ptr); slot != nullptr && class_of(v) == graph_class) {
         return {put_status::graph, 0};
       }
     }
@@ -365,8 +364,7 @@ put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes, voi
   }
   std::size_t const idx = class_index(bytes);
   std::size_t const c   = class_table[idx];
-  auto* const slot      = find_slot(ptr);
-  std::uint64_t const v = slot != nullptr ? slot->load(std::memory_order_acquire) : 0;
+  auto const [slot, v]  = find_record(ptr);  // one load: the slot may change under us
   if (slot != nullptr && class_of(v) == graph_class) { return {put_status::graph, 0}; }
   auto const find_      = [this](stream_key k) { return find(k); };
   bucket* b             = lock_bucket<bucket>(id_, stream, find_);

@@ -10,16 +10,22 @@ namespace asyncmr::detail {
 using namespace front_cache_parts;
 
 
-std::atomic<std::uint64_t>* front_cache::find_slot(void const* ptr) const noexcept
+front_cache::record_view front_cache::find_record(void const* ptr) const noexcept
 {
   std::uint64_t const a = address_of(ptr);
-  if (a == 0 || (a & ~address_mask) != 0) { return nullptr; }
+  if (a == 0 || (a & ~address_mask) != 0) { return {nullptr, 0}; }
   std::size_t const home = home_slot(a, slot_mask_);
   for (std::size_t i = 0; i < probe; ++i) {
-    auto& slot = slots_[(home + i) & slot_mask_];
-    if ((slot.load(std::memory_order_acquire) & address_mask) == a) { return &slot; }
+    auto& slot            = slots_[(home + i) & slot_mask_];
+    std::uint64_t const v = slot.load(std::memory_order_acquire);
+    if ((v & address_mask) == a) { return {&slot, v}; }
   }
-  return nullptr;
+  return {nullptr, 0};
+}
+
+std::atomic<std::uint64_t>* front_cache::find_slot(void const* ptr) const noexcept
+{
+  return find_record(ptr).slot;
 }
 
 // Puts `value` into the first empty slot of `address`'s probe sequence; false when none is.
@@ -49,8 +55,7 @@ bool front_cache::record(void* ptr, std::size_t bytes) noexcept
   // The pool hands out an address only once until it is freed to the pool, and the record
   // forgets a block before it goes back there; a slot still holding this address would be a
   // stale record of an address the pool reused: it is replaced.
-  if (auto* stale = find_slot(ptr)) {
-    std::uint64_t v = stale->load(std::memory_order_acquire);
+  if (auto [stale, v] = find_record(ptr); stale != nullptr) {
     // A stale record of a cached block would mean the block went to the pool behind the
     // cache's back; its bucket still lists it, so the new hand-out stays untracked instead.
     if ((v & cached_bit) != 0 || !stale->compare_exchange_strong(v, value)) {
@@ -73,8 +78,7 @@ void front_cache::record_graph(void* ptr) noexcept
   std::uint64_t const a = address_of(ptr);
   if (a == 0 || (a & ~address_mask) != 0) { return; }
   std::uint64_t const value = slot_value(ptr, graph_class, false);
-  if (auto* existing = find_slot(ptr)) {
-    std::uint64_t v = existing->load(std::memory_order_acquire);
+  if (auto [existing, v] = find_record(ptr); existing != nullptr) {
     // The same graph again (its address comes back), or a stale record of a block the pool
     // has handed to the graph's memory since: note the graph. Never over a cached block.
     if ((v & cached_bit) == 0 && existing->compare_exchange_strong(v, value) &&
@@ -88,9 +92,8 @@ void front_cache::record_graph(void* ptr) noexcept
 
 bool front_cache::forget(void* ptr) noexcept
 {
-  auto* slot = find_slot(ptr);
+  auto [slot, v] = find_record(ptr);
   if (slot == nullptr) { return false; }
-  std::uint64_t v = slot->load(std::memory_order_acquire);
   if ((v & cached_bit) != 0 || !slot->compare_exchange_strong(v, 0, std::memory_order_acq_rel)) {
     return false;
   }
@@ -100,9 +103,8 @@ bool front_cache::forget(void* ptr) noexcept
 
 put_result front_cache::unrecord(void* ptr, std::size_t bytes) noexcept
 {
-  auto* const slot = find_slot(ptr);
+  auto [slot, v] = find_record(ptr);
   if (slot == nullptr) { return {put_status::not_recorded, 0}; }
-  std::uint64_t v = slot->load(std::memory_order_acquire);
   for (;;) {  // again only when another thread changed the slot meanwhile
     if ((v & address_mask) != address_of(ptr)) { return {put_status::not_recorded, 0}; }
     std::size_t const cls = class_of(v);
@@ -126,9 +128,9 @@ put_result front_cache::unrecord(void* ptr, std::size_t bytes) noexcept
 
 std::size_t front_cache::recorded_bytes(void const* ptr) const noexcept
 {
-  auto const* slot = find_slot(ptr);
+  auto const [slot, v] = find_record(ptr);
   if (slot == nullptr) { return 0; }
-  std::size_t const c = class_of(slot->load(std::memory_order_acquire));
+  std::size_t const c = class_of(v);
   return c == graph_class ? 0 : class_bytes(c);
 }
 

@@ -457,6 +457,14 @@ class front_cache {
 
   // The ownership record (see front_cache_record.cpp).
   [[nodiscard]] std::atomic<std::uint64_t>* find_slot(void const* ptr) const noexcept;
+  /// The slot holding `ptr`'s record and the value read there in the same load (a second load
+  /// could find another block's record: the slot may be freed and reused in between), or
+  /// {nullptr, 0}.
+  struct record_view {
+    std::atomic<std::uint64_t>* slot;
+    std::uint64_t value;
+  };
+  [[nodiscard]] record_view find_record(void const* ptr) const noexcept;
   [[nodiscard]] bool claim_empty_slot(std::uint64_t address, std::uint64_t value) noexcept;
 
   bucket* find(stream_key stream) noexcept;
