@@ -285,6 +285,22 @@ TEST(FrontCacheThreads, AStreamsBucketIsBoundOnlyOnceNothingCanFailAnyMore)
   }
 }
 
+TEST(FrontCacheRecord, ASecondFreeOfACachedBlockIsADoubleFreeWhateverSizeItNames)
+{
+  front_cache cache{1 * MiB};
+  void* const p = handed(cache, 0, 4 * KiB);
+  ASSERT_TRUE(cached(cache, 1, p, 4 * KiB));
+  for (std::size_t const bytes : {std::size_t{0}, 2 * MiB, std::size_t{256}}) {
+    auto const r = cache.put(1, p, bytes);
+    EXPECT_EQ(r.status, put_status::already_cached) << bytes << " bytes";
+    EXPECT_EQ(r.recorded_bytes, 4 * KiB);
+  }
+  auto const s = cache.stats();
+  EXPECT_EQ(s.refused_double_free, 3U);
+  EXPECT_EQ(s.refused_wrong_size, 0U);
+  EXPECT_EQ(cache.take(1, 4 * KiB), p);
+}
+
 TEST(FrontCacheRecord, UnrecordLetsGoOfAHandedOutBlockOnlyAtItsClass)
 {
   // The owner's free inside a capture: the record is asked before the driver.
