@@ -354,13 +354,19 @@ put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes, voi
         return {put_status::graph, 0};
       }
     }
-    // A recorded block freed with an uncacheable size: the record knows better.
-    std::size_t const rec = ptr == nullptr ? 0 : recorded_bytes(ptr);
+    // A recorded block freed with an uncacheable size: the record knows better (a cached one is
+    // a second free, whatever size it names).
+    auto const [slot, v]  = ptr == nullptr ? record_view{nullptr, 0} : find_record(ptr);
+    std::size_t const rec = slot == nullptr ? 0 : class_bytes(class_of(v));
+    bool const twice      = slot != nullptr && (v & cached_bit) != 0;
     if (auto* const b = lock_bucket<bucket>(id_, stream, [this](stream_key k) { return find(k); })) {
-      ++(rec != 0 ? b->refused_wrong_size : b->refused_uncacheable);
+      ++(twice ? b->refused_double_free
+               : rec != 0 ? b->refused_wrong_size : b->refused_uncacheable);
       b->lock.unlock();
     }
-    return {rec != 0 ? put_status::wrong_size : put_status::uncacheable, rec};
+    return {twice ? put_status::already_cached
+                  : rec != 0 ? put_status::wrong_size : put_status::uncacheable,
+            rec};
   }
   std::size_t const idx = class_index(bytes);
   std::size_t const c   = class_table[idx];

@@ -34,7 +34,10 @@ struct front_cache_stats {
   /// Peak of `charged_bytes` since construction or a reset: an upper bound of the peak of cached
   /// bytes that needs no shared counter on the hit path; never above the cap.
   std::size_t charged_high{};
-  std::size_t streams{};  ///< streams the cache keeps blocks or credit for now
+  /// Streams the cache has a bucket for now (with blocks, credit, or neither: an emptied
+  /// bucket stays its stream's until that stream is idle for a stale reclaim's epoch, or the
+  /// bucket is taken for a new stream)
+  std::size_t streams{};
 };
 
 }  // namespace asyncmr
