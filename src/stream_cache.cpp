@@ -149,21 +149,22 @@ bool mark_stream(void*, void*& marker, void* stream) noexcept
     auto const status = record_event(static_cast<cudaEvent_t>(marker), s);
     if (status == cudaSuccess) { return true; }
     clear_own_error(status);
-    // An event of another device's context: remade below for this stream's.
-    clear_own_error(cudaEventDestroy(static_cast<cudaEvent_t>(marker)));
-    marker = nullptr;
+    // An event of another context (the bucket now serves a stream of another device or
+    // context): a fresh one is made below, in this stream's.
   }
   cudaEvent_t const fresh = make_marker(s);
   if (fresh == nullptr) { return false; }
   auto const status = record_event(fresh, s);
   clear_own_error(status);
   if (status != cudaSuccess) {
-    // Never left as the marker: a wait for an event never recorded returns at once, and the
-    // bucket's earlier blocks would be freed without their stream's order. With no marker the
-    // release refuses to order them, and they stay cached.
+    // Never made the marker: a wait for an event never recorded returns at once, and the
+    // bucket's earlier blocks would be freed without their stream's order.
     clear_own_error(cudaEventDestroy(fresh));
     return false;
   }
+  // Replaced only now: until a fresh one is recorded, the old marker still orders the blocks
+  // the bucket holds (dropping it first would leave them no order at all, never to be parked).
+  if (marker != nullptr) { clear_own_error(cudaEventDestroy(static_cast<cudaEvent_t>(marker))); }
   marker = fresh;
   return true;
 }
