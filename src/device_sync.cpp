@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <string>
 
 namespace asyncmr::detail {
 
@@ -178,6 +179,40 @@ context_scope::~context_scope()
   if (!pushed_) { return; }
   context_t popped = nullptr;
   driver().pop(&popped);
+}
+
+primary_context_scope::primary_context_scope(int device)
+{
+  auto const& f = driver();
+  int dev       = 0;
+  context_t ctx = nullptr;
+  int status    = !f.complete() ? -1 : f.device_get(&dev, device);
+  if (status == 0) { status = f.primary_retain(&ctx, dev); }
+  if (status != 0) {
+    throw cuda_error{cudaErrorInvalidDevice,
+                     "asyncmr: cuDevicePrimaryCtxRetain(device " + std::to_string(device) +
+                       ") failed: CUresult " + std::to_string(status)};
+  }
+  retained_         = dev;
+  context_t current = nullptr;
+  if (f.get_current(&current) == 0 && current == ctx) { return; }
+  if (f.push(ctx) != 0) {
+    f.primary_release(dev);
+    retained_ = -1;
+    throw cuda_error{cudaErrorInvalidDevice, "asyncmr: cuCtxPushCurrent(device " +
+                                               std::to_string(device) + ") failed"};
+  }
+  pushed_ = true;
+}
+
+primary_context_scope::~primary_context_scope()
+{
+  auto const& f = driver();
+  if (pushed_) {
+    context_t popped = nullptr;
+    f.pop(&popped);
+  }
+  if (retained_ >= 0) { f.primary_release(retained_); }
 }
 
 }  // namespace asyncmr::detail

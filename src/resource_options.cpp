@@ -14,6 +14,7 @@
 #include <asyncmr/error.hpp>
 #include <asyncmr/placement.hpp>
 
+#include "detail/device_sync.hpp"
 #include "detail/placement.hpp"
 #include "detail/stream_cache.hpp"
 
@@ -175,21 +176,10 @@ std::uint64_t threshold_to_be(std::uint64_t now, resource_options const& o, bool
 std::uint64_t reserve_in(mem_pool const& pool, std::size_t bytes, std::optional<int> device)
 {
   relaxed_capture_guard const relaxed;
-  int current = 0;
-  ASYNCMR_CUDA_TRY(cudaGetDevice(&current));
-  int const on = device.value_or(current);
-  struct device_back {
-    int to;
-    bool switched{false};
-    ~device_back()
-    {
-      if (switched) { clear_own_error(cudaSetDevice(to)); }
-    }
-  } back{current};
-  if (on != current) {
-    ASYNCMR_CUDA_TRY(cudaSetDevice(on));
-    back.switched = true;
-  }
+  // The stream in the device's context, the thread's own current again after (no cudaSetDevice
+  // round trip: it would make device 0's context on a thread that had none).
+  std::optional<primary_context_scope> on_device;
+  if (device) { on_device.emplace(*device); }
   cudaStream_t stream = nullptr;
   ASYNCMR_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   struct stream_owner {

@@ -424,6 +424,25 @@ def test_a_process_using_gpu_1_makes_no_context_on_gpu_0_when_its_cache_reclaims
     assert "device 0: active 0" in proc.stdout, describe(proc)
 
 
+# A resource on GPU 1 with a reservation, made by a process that never chose a device: the
+# reservation's stream is made in GPU 1's context, and no context is made on GPU 0 (a
+# cudaSetDevice round trip "back" to the current device, 0 by default, made one).
+RESERVE_CHILD = r"""
+import asyncmr
+mr = asyncmr.AsyncDeviceMR(1, pool="new", reserve=1 << 20, release_threshold=64 << 20)
+print("reserved", mr.attributes.reserved_mem_current >= 1 << 20, flush=True)
+del mr
+""" + PRIMARY_CONTEXTS
+
+
+def test_a_reservation_on_gpu_1_makes_no_context_on_gpu_0(two_gpus):
+    proc = run_python(RESERVE_CHILD, timeout=120)
+    assert proc.returncode == 0, describe(proc)
+    assert "reserved True" in proc.stdout, describe(proc)
+    assert "device 1: active 1" in proc.stdout, describe(proc)
+    assert "device 0: active 0" in proc.stdout, describe(proc)
+
+
 # A free into the cache from a thread that has no context (a Dask worker's, a callback's) on a
 # stream of GPU 1 makes the stream's marker in GPU 1's context, and no context on GPU 0.
 MARKER_CHILD = r"""

@@ -54,4 +54,24 @@ class context_scope {
   bool pushed_{false};
 };
 
+/**
+ * Makes the primary context of `device` current on the calling thread for the scope, retaining
+ * it (which activates it, as cudaSetDevice would: for a device the caller named), and makes the
+ * thread's own context, or none, current again afterwards. A cudaSetDevice round trip instead
+ * makes the "previous" device's primary context when the thread had none, and replaces a
+ * non-primary context with a primary one.
+ * @throws cuda_error when the driver refuses
+ */
+class primary_context_scope {
+ public:
+  explicit primary_context_scope(int device);
+  ~primary_context_scope();
+  primary_context_scope(primary_context_scope const&)            = delete;
+  primary_context_scope& operator=(primary_context_scope const&) = delete;
+
+ private:
+  int retained_{-1};
+  bool pushed_{false};
+};
+
 }  // namespace asyncmr::detail
