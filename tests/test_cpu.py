@@ -166,6 +166,11 @@ def test_location_constructors():
      "discard needs a prefetch target"),
     (lambda: AsyncManagedMR(cache=1, prefetch="device"), ValueError,
      r"cache must be 0 \(no cache\) or a cap in"),
+    # A target that is no str is not compared with "device" (a NumPy array's == is elementwise).
+    (lambda: AsyncManagedMR(prefetch=np.array([1, 2])), ValueError,
+     r'prefetch must be None, "device", a device ordinal, "host" or an asyncmr.Location'),
+    (lambda: asyncmr.prefetch((4096, 16), np.array([1, 2])), ValueError,
+     r'to must be "device", a device ordinal, "host" or an asyncmr.Location'),
     (lambda: AsyncManagedMR(location=Location.host_numa(0)), ValueError,
      "managed pools are located on a device, the host, or nowhere"),
     (lambda: AsyncManagedMR(location=Location.host_numa_current(), pool="new"), ValueError,

@@ -47,6 +47,10 @@ def test_a_pair_a_list_and_array_interfaces_become_ranges():
     ((4096, True), TypeError, r"must be a \(pointer, nbytes\) pair"),
     (1.5, TypeError, r"the range must be"),
     (_Interface(4096, (2,), typestr="<x?"), ValueError, r"unknown typestr"),
+    # A shape or strides that are not sequences, an item size of 5000 digits: named as such.
+    (_Interface(4096, 8), TypeError, r"shape must be a tuple of ints, got int"),
+    (_Interface(4096, (2,), strides=4), TypeError, r"strides must be None or a tuple of ints"),
+    (_Interface(4096, (2,), typestr="<f" + "9" * 5000), ValueError, r"unknown typestr"),
 ])
 def test_bad_ranges_are_refused_before_cuda(bad, error, match):
     with pytest.raises(error, match=match):
