@@ -92,10 +92,11 @@ cdef location_t _prefetch_target(value, optional[int] device, name="prefetch") e
         if not (value.kind == "device" or value.is_host):  # named as the argument it came in
             raise ValueError(f"{name} must be a device or the host, got {value!r}")
         return to_location(value)
-    if value == "device":
+    # Compared only as a str: a NumPy array's == is elementwise, and its truth ambiguous.
+    if isinstance(value, str) and value == "device":
         loc.kind = LocationKind.device
         loc.id = device.value() if device.has_value() else c_current_device()
-    elif value == "host":
+    elif isinstance(value, str) and value == "host":
         loc.kind = LocationKind.host
         loc.id = 0
     elif _validate.integer(value) is not None:

@@ -44,15 +44,21 @@ def _from_interface(obj: Any, where: str) -> tuple[int, int]:
                          f"(a (pointer, read_only) pair), got {data!r}")
     ptr = data[0] if isinstance(data, (tuple, list)) else data
     ptr = 0 if ptr is None else _int(ptr, f"{where} pointer")
+    if not isinstance(cai["shape"], (tuple, list)):
+        raise TypeError(f"asyncmr: {where} __cuda_array_interface__ shape must be a tuple of "
+                        f"ints, got {type(cai['shape']).__name__}")
     shape = tuple(_int(n, f"{where} shape") for n in cai["shape"])
     if any(n < 0 for n in shape):
         raise ValueError(f"asyncmr: {where} shape entries must be >= 0, got shape {shape}")
     typestr = str(cai.get("typestr", "|u1"))
-    if not ascii_digits(typestr[2:]):
+    if not ascii_digits(typestr[2:]) or len(typestr) > 12:  # an item size of at most 10 digits
         raise ValueError(f"asyncmr: {where} has an unknown typestr {typestr!r}")
     itemsize = int(typestr[2:])
     strides = cai.get("strides")
     if strides is not None:
+        if not isinstance(strides, (tuple, list)):
+            raise TypeError(f"asyncmr: {where} __cuda_array_interface__ strides must be None or a "
+                            f"tuple of ints, got {type(strides).__name__}")
         strides = tuple(_int(step, f"{where} stride") for step in strides)
         if len(strides) != len(shape):
             raise ValueError(f"asyncmr: {where} strides {strides} do not match shape {shape}")
