@@ -316,6 +316,34 @@ TEST(HistoryRing, ThreadsThatEndGiveTheirChunksBack)
   EXPECT_EQ(ring->dropped(), 200U);
 }
 
+// A thread_local whose destructor records (a buffer made at the thread's start and freed
+// through a recording resource as the thread ends) is destroyed after the thread's places were
+// let go, if it was made before the thread's first event: its event takes a place again, which
+// must be let go too, or the ring outlives every handle (found by a review helper).
+history_ring* g_ring_at_exit = nullptr;
+struct records_at_exit {
+  ~records_at_exit() { g_ring_at_exit->record(event(7)); }
+};
+
+TEST(HistoryRing, AnEventRecordedAsItsThreadEndsKeepsNoPlace)
+{
+  auto const live_before = history_ring::live();
+  {
+    auto ring      = history_ring::make(1024);
+    g_ring_at_exit = ring.get();
+    std::thread{[&ring] {
+      thread_local records_at_exit late;  // made first: destroyed last
+      static_cast<void>(&late);
+      ring->record(event(1));
+    }}.join();
+    auto const events = ring->events();
+    ASSERT_EQ(events.size(), 2U) << "the event of the ending thread is kept";
+    EXPECT_EQ(events.back().time_ns, 7U);
+    EXPECT_EQ(history_ring::live(), live_before + 1);
+  }
+  EXPECT_EQ(history_ring::live(), live_before) << "the ring outlived its last handle";
+}
+
 // Many short-lived threads, each recording a couple of events (a thread pool's workers that come
 // and go): the ring keeps all of them while they fit, not one chunk's worth of slots per thread.
 TEST(HistoryRing, ShortLivedThreadsLoseNoEventsTheRingHasRoomFor)
