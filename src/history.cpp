@@ -155,7 +155,11 @@ struct cursor_reaper {
   cursor_reaper()                                = default;
   cursor_reaper(cursor_reaper const&)            = delete;
   cursor_reaper& operator=(cursor_reaper const&) = delete;
-  ~cursor_reaper() { history_cursor::let_go_all(); }
+  ~cursor_reaper()
+  {
+    history_cursor::let_go_all();
+    history_this_thread.ended = true;  // a later event (a thread_local's end) lets go at once
+  }
 };
 
 thread_local cursor_reaper reaper;

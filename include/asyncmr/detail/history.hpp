@@ -297,6 +297,9 @@ struct history_cursor {
 // the thread's latest ring.
 struct alignas(64) history_thread {
   std::uint64_t last_event = history_no_event;
+  // Set once the thread's places were let go as it ends: an event recorded after that (by a
+  // thread_local destroyed later) lets its place go again at once.
+  bool ended = false;
   history_cursor cursors[history_cursor::table_size] = {};
 };
 
@@ -351,6 +354,7 @@ inline void history_ring::record(history_event const& e, history_owner const* ow
   thread.last_event = event;
   ++c->next_slot;
   if (--c->left == 0) { let_go(*c); }
+  if (thread.ended) [[unlikely]] { history_cursor::let_go_all(); }
 }
 
 }  // namespace asyncmr::detail
