@@ -156,6 +156,10 @@ void pool_resource_base::note_read(history_ring& ring,
     change.action        = e.reserved > last ? history_action::grow : history_action::trim;
     change.address       = 0;
     change.bytes         = e.reserved > last ? e.reserved - last : last - e.reserved;
+    // A tick before the event that found it (the growth served that allocation; a trim came
+    // before the read): read back in time order, events of one stamp fall back to their numbers,
+    // which do not always rise in a thread's order (a thread may continue a chunk another let go).
+    change.time_ns = e.time_ns > 0 ? e.time_ns - 1 : 0;
     ring.record(change, &h.recordings);
   }
   if (e.action == history_action::trim) { return; }  // a trim call: only what it changed
@@ -170,10 +174,10 @@ void pool_resource_base::note_read(history_ring& ring,
                                                                   history_action action,
                                                                   void const* ptr,
                                                                   std::size_t bytes,
-                                                                  cudaStream_t stream) noexcept
+                                                                  cudaStream_t stream,
+                                                                  std::uint64_t now) noexcept
 {
-  history_state& h        = *history_;
-  std::uint64_t const now = history_stamp();
+  history_state& h = *history_;
   history_event e = event_at(now, ptr, bytes, stream, cache_ ? cache_->charged_bytes() : 0);
   e.action        = action;
   e.reserved      = h.last_reserved.load(std::memory_order_relaxed);
@@ -250,11 +254,8 @@ void* pool_resource_base::allocate(cuda::stream_ref stream, std::size_t bytes, s
     note_pool(*ring, history_action::oom, bytes, s);
     throw;
   }
-  if (hit) {
-    note_event(*ring, history_action::cache_hit, ptr, bytes, s);
-  } else {
-    note_event(*ring, history_action::alloc, ptr, bytes, s);
-  }
+  note_event(*ring, hit ? history_action::cache_hit : history_action::alloc, ptr, bytes, s,
+             history_stamp());
   if (prefetch_) { prefetch(ptr, bytes, s); }
   return ptr;
 }
@@ -277,16 +278,16 @@ free_result pool_resource_base::deallocate_checked(cuda::stream_ref stream,
                                                    std::size_t bytes) noexcept
 {
   if (ptr == nullptr) { return {}; }
-  free_result const result = cache_ ? cache_->deallocate(stream.get(), ptr, bytes)
-                                    : free_to_pool(ptr, stream.get());
+  // Stamped before the free (see note_event): a recording that starts meanwhile stamps it after.
+  bool const recording      = history_ && history_->recordings.active() != nullptr;
+  std::uint64_t const stamp = recording ? history_stamp() : 0;
+  free_result const result  = cache_ ? cache_->deallocate(stream.get(), ptr, bytes)
+                                     : free_to_pool(ptr, stream.get());
   if (!result.ok()) {
     refused_frees.fetch_add(1, std::memory_order_relaxed);
   } else if (history_ring* const ring = history_ ? history_->recordings.active() : nullptr) {
-    if (result.cached) {
-      note_event(*ring, history_action::cache_put, ptr, bytes, stream.get());
-    } else {
-      note_event(*ring, history_action::free, ptr, bytes, stream.get());
-    }
+    note_event(*ring, result.cached ? history_action::cache_put : history_action::free, ptr,
+               bytes, stream.get(), recording ? stamp : history_stamp());
   }
   return result;
 }

@@ -69,8 +69,9 @@ struct history_event {
   std::uint64_t used{};      ///< the pool's used bytes after the event
   std::uint64_t cached{};    ///< bytes charged to the resource's front cache (0 without one)
   history_action action{history_action::alloc};
-  /// Its number, unique in its ring and rising in each thread's order: set when read back (as
-  /// history_last_event told its thread); record() ignores it.
+  /// Its number, unique in its ring, as history_last_event told its thread: set when read back;
+  /// record() ignores it. Numbers need not rise in a thread's order (a thread may continue a
+  /// chunk, and its numbers, another thread let go): order events by time first.
   std::uint64_t number{};
 };
 

@@ -232,11 +232,13 @@ class pool_resource_base {
 
   void prefetch(void* ptr, std::size_t bytes, cudaStream_t stream) const noexcept;
 
-  // An event of a pair (alloc, free, cache_hit, cache_put), inline on the path of the call:
-  // the pool's known state, `used` moved by the event's bytes; note_read when the pool is due
-  // for a read, or an allocation may have grown it.
+  // An event of a pair (alloc, free, cache_hit, cache_put), inline on the path of the call, at
+  // stamp `now`: the pool's known state, `used` moved by the event's bytes; note_read when the
+  // pool is due for a read, or an allocation may have grown it. An allocation is stamped after
+  // it returns, a free before it is made: once a block is back, another thread may get it and
+  // record its allocation, which must come later in time.
   void note_event(history_ring& ring, history_action action, void const* ptr, std::size_t bytes,
-                  cudaStream_t stream) noexcept;
+                  cudaStream_t stream, std::uint64_t now) noexcept;
   // An oom or a trim (`bytes`: the allocation that failed, or 0): the pool read now.
   void note_pool(history_ring& ring, history_action action, std::size_t bytes,
                  cudaStream_t stream) noexcept;
