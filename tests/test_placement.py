@@ -47,6 +47,9 @@ def test_a_pair_a_list_and_array_interfaces_become_ranges():
     ((4096, True), TypeError, r"must be a \(pointer, nbytes\) pair"),
     (1.5, TypeError, r"the range must be"),
     (_Interface(4096, (2,), typestr="<x?"), ValueError, r"unknown typestr"),
+    # A range past the end of the address space, alone or after a good one.
+    ((2**64 - 4096, 8192), ValueError, r"ends past 2\*\*64"),
+    ([(4096, 16), (2**64 - 256, 512)], ValueError, r"range 1 \(.*\) ends past 2\*\*64"),
     # A shape or strides that are not sequences, an item size of 5000 digits: named as such.
     (_Interface(4096, 8), TypeError, r"shape must be a tuple of ints, got int"),
     (_Interface(4096, (2,), strides=4), TypeError, r"strides must be None or a tuple of ints"),

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace asyncmr::test {
@@ -165,6 +166,26 @@ TEST(AdviceTest, AnUnknownAdviceOrABadTargetIsRefusedBeforeTheDriver)
   EXPECT_THROW(prefetch(null_range, location::device(0), cuda::stream_ref{cudaStreamPerThread}),
                std::invalid_argument);
   EXPECT_STREQ(to_string(memory_advice::unset_accessed_by), "unset_accessed_by");
+}
+
+TEST(AdviceTest, ARangePastTheEndOfTheAddressSpaceIsRefusedBeforeTheDriver)
+{
+  // No GPU needed: refused before any CUDA call, after a good range too (nothing applied).
+  auto* const high = reinterpret_cast<void*>(~std::uintptr_t{0} - 4095);
+  std::vector<memory_range> const wraps{{reinterpret_cast<void*>(4096), 16}, {high, 8192}};
+  auto const says_range_1 = [&](auto&& call) {
+    try {
+      call();
+    } catch (std::invalid_argument const& e) {
+      return std::string{e.what()}.find("range 1 runs past the end of the address space") !=
+             std::string::npos;
+    } catch (...) {
+    }
+    return false;
+  };
+  EXPECT_TRUE(says_range_1([&] { prefetch(wraps, location::host(), cuda::stream_ref{cudaStreamPerThread}); }));
+  EXPECT_TRUE(says_range_1([&] { discard(wraps, cuda::stream_ref{cudaStreamPerThread}); }));
+  EXPECT_TRUE(says_range_1([&] { advise(wraps, memory_advice::set_read_mostly, location::host()); }));
 }
 
 TEST_F(PrefetchTest, PoolMemoryTakesNoAdviceAndCudaMallocManagedMemoryTakesAll)
