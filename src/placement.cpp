@@ -17,6 +17,7 @@
 
 #include <iterator>
 #include <stdexcept>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,13 @@ void check_ranges(std::span<memory_range const> ranges, char const* what,
       throw std::invalid_argument{std::string{"asyncmr: "} + what + ": range " +
                                   std::to_string(i) + " is a null pointer of " +
                                   std::to_string(ranges[i].bytes) + " bytes"};
+    }
+    auto const start = reinterpret_cast<std::uintptr_t>(ranges[i].ptr);
+    if (ranges[i].bytes > UINTPTR_MAX - start) {
+      throw std::invalid_argument{std::string{"asyncmr: "} + what + ": range " +
+                                  std::to_string(i) + " runs past the end of the address space (" +
+                                  std::to_string(ranges[i].bytes) + " bytes from " +
+                                  std::to_string(start) + ")"};
     }
   }
   if (to != nullptr) { detail::check_target_kind(*to); }

@@ -177,9 +177,15 @@ std::uint64_t reserve_in(mem_pool const& pool, std::size_t bytes, std::optional<
 {
   relaxed_capture_guard const relaxed;
   // The stream in the device's context, the thread's own current again after (no cudaSetDevice
-  // round trip: it would make device 0's context on a thread that had none).
+  // round trip: it would make device 0's context on a thread that had none). A host pool's is
+  // made in a context the process uses already, when the thread has none current.
   std::optional<primary_context_scope> on_device;
-  if (device) { on_device.emplace(*device); }
+  std::optional<active_context_scope> in_use;
+  if (device) {
+    on_device.emplace(*device);
+  } else {
+    in_use.emplace(std::nullopt);
+  }
   cudaStream_t stream = nullptr;
   ASYNCMR_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   struct stream_owner {
