@@ -265,6 +265,9 @@ bool can_discard() noexcept { return CUDART_VERSION >= 13000; }
 void prefetch(std::span<memory_range const> ranges, location to, cuda::stream_ref stream)
 {
   check(ranges, stream.get(), "prefetch", &to);
+  // Relaxed, as advise and every pool call: another thread's global-mode capture must neither
+  // refuse these stream-ordered calls nor be invalidated by them.
+  detail::relaxed_capture_guard guard;
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     if (ranges[i].bytes == 0) { continue; }
     auto const status = detail::prefetch_async(ranges[i].ptr, ranges[i].bytes, to, stream.get());
@@ -282,6 +285,7 @@ void discard(std::span<memory_range const> ranges, cuda::stream_ref stream)
   check_not_legacy(stream.get(), "discard");
   batch b = non_empty(ranges);
   if (b.ptrs.empty()) { return; }
+  detail::relaxed_capture_guard guard;  // as prefetch
 #if CUDART_VERSION >= 13000
   auto const status = cudaMemDiscardBatchAsync(b.ptrs.data(), b.sizes.data(), b.ptrs.size(), 0,
                                                stream.get());
@@ -298,6 +302,7 @@ void discard_and_prefetch(std::span<memory_range const> ranges,
   check_not_legacy(stream.get(), "discard_and_prefetch");
   batch b = non_empty(ranges);
   if (b.ptrs.empty()) { return; }
+  detail::relaxed_capture_guard guard;  // as prefetch
 #if CUDART_VERSION >= 13000
   cudaMemLocation where = to.to_cuda();
   std::size_t first     = 0;  // every range goes to the one location

@@ -265,6 +265,7 @@ void pool_resource_base::prefetch(void* ptr, std::size_t bytes, cudaStream_t str
   // A prefetch on a capturing stream invalidates the capture (measured on the H200): a graph's
   // allocation is not prefetched.
   if (ptr == nullptr || stream_capturing(stream)) { return; }
+  relaxed_capture_guard guard;  // another thread's global-mode capture: neither refused nor broken
   cudaError_t const status = discard_ ? discard_and_prefetch_async(ptr, bytes, *prefetch_, stream)
                                       : prefetch_async(ptr, bytes, *prefetch_, stream);
   if (status != cudaSuccess) {

@@ -94,6 +94,53 @@ def test_an_allocation_inside_a_capture_is_not_prefetched_and_the_capture_stays_
     cs.synchronize()
 
 
+@pytest.mark.parametrize("call", ["allocate", "prefetch", "discard_and_prefetch"])
+def test_placement_beside_another_threads_global_capture_leaves_it_valid(gpu, call):
+    """PyTorch captures in global mode: a prefetch (at allocation, or asked for) on another,
+    non-capturing stream, made while that capture runs, must neither be refused nor invalidate
+    it. Both run in relaxed capture mode, as every pool call does."""
+    import threading
+
+    cupy = require_module("cupy")
+    if call == "discard_and_prefetch" and not asyncmr.can_discard():
+        pytest.skip("discard_and_prefetch needs the CUDA 13 build")  # the cu12 build's own test
+    mr = AsyncManagedMR(pool="new", prefetch="device")
+    began, done, outcome = threading.Event(), threading.Event(), {}
+
+    def capture():
+        cs = cupy.cuda.Stream(non_blocking=True)
+        cs.begin_capture(cupy.cuda.runtime.streamCaptureModeGlobal)
+        began.set()
+        done.wait()
+        try:
+            cs.end_capture()
+            outcome["capture"] = "valid"
+        except Exception as e:  # noqa: BLE001 - what the test reports
+            outcome["capture"] = f"broken: {e}"
+
+    s = Stream()
+    p = mr.allocate(MiB, s)
+    s.synchronize()
+    t = threading.Thread(target=capture)
+    t.start()
+    began.wait()
+    try:
+        if call == "allocate":
+            q = mr.allocate(MiB, s)  # prefetched at allocation
+            mr.deallocate(q, MiB, s)
+        elif call == "prefetch":
+            asyncmr.prefetch((p, MiB), "host", stream=s)
+        else:
+            asyncmr.discard_and_prefetch((p, MiB), "device", stream=s)
+    finally:
+        done.set()
+        t.join()
+    assert outcome["capture"] == "valid", outcome
+    s.synchronize()
+    mr.deallocate(p, MiB, s)
+    s.synchronize()
+
+
 def test_discard_places_each_allocation_and_keeps_its_neighbours_bytes(gpu):
     """``discard=True``: an allocation's old contents are dropped as it is prefetched; a block
     sharing a 4 KiB page with it keeps every byte (the driver drops only whole pages inside the
