@@ -261,6 +261,25 @@ def test_a_bad_phase_name_is_refused_and_the_peaks_stay(gpu, bad):
     assert h.history().header["phases"] == []
 
 
+def test_an_allocation_whose_stack_cannot_be_noted_is_freed_not_leaked(gpu):
+    # Noting the allocation's stack can fail (a MemoryError in traceback.extract_stack, a
+    # KeyboardInterrupt): the caller then gets the exception and never the address, so the
+    # block must go back to the pool, not stay allocated for good.
+    mr = AsyncDeviceMR(pool="new")
+    s = Stream()
+    with mr.record_history(max_events=1024, stacks="python") as h:
+        def fail(*args):
+            raise KeyboardInterrupt("while noting the stack")
+
+        h.note_allocation = fail
+        with pytest.raises(KeyboardInterrupt, match="while noting the stack"):
+            mr.allocate(64 * KiB, s)
+        del h.note_allocation
+    s.synchronize()
+    assert mr.attributes.used_mem_current == 0, "the block stayed allocated"
+    assert calls(h.history()) == ["alloc", "free"]
+
+
 def test_outstanding_lists_the_largest_first(gpu):
     mr = AsyncDeviceMR(pool="new")
     s = Stream()
