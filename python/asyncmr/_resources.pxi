@@ -143,8 +143,14 @@ cdef class _PoolResource(DeviceMemoryResource):
         # recorder is still this resource's: it is set after the C++ recording starts and cleared
         # before it stops, and never set again.
         event = history_last_event()
-        recorder.note_allocation(
-            ptr, event if event != history_no_event and self._recorder is recorder else None)
+        try:
+            recorder.note_allocation(
+                ptr, event if event != history_no_event and self._recorder is recorder else None)
+        except BaseException:
+            # The caller never gets the address (a MemoryError noting the stack, an interrupt):
+            # the block goes back rather than stay allocated for good.
+            self.deallocate(ptr, n, stream)
+            raise
         return ptr
 
     cdef uintptr_t _allocate_core(self, size_t n, uintptr_t s) except? 0:
