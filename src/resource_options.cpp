@@ -318,7 +318,20 @@ resolved_pool resolve_pool(allocation_type type, resource_options const& o, mem_
     }
     bool remote = false;  // does the pool need access grants?
     switch (type) {
-      case allocation_type::pinned: remote = true; break;
+      case allocation_type::pinned: {
+        remote = true;
+        if (o.numa_node) {
+          // An adopted pool stays where it is: a NUMA node it is not on is refused, not ignored.
+          auto const w = pool.location();
+          if (!w || w->kind != location_kind::host_numa || w->id != *o.numa_node) {
+            throw std::invalid_argument{
+              "asyncmr: numa_node=" + std::to_string(*o.numa_node) + ": the adopted pool's "
+              "memory is " + (w ? "at " + w->to_string() : std::string{"where the driver "
+              "cannot say"}) + " (an adopted pool stays where it is; drop numa_node)"};
+          }
+        }
+        break;
+      }
       case allocation_type::managed: {
         auto const w = pool.location();
         if (o.location && w && *o.location != *w) {

@@ -251,6 +251,17 @@ def test_adopted_handle_is_never_destroyed(gpu, kind):
     owner.close()
 
 
+def test_a_numa_node_an_adopted_pinned_pool_is_not_on_is_refused_not_ignored(gpu):
+    # The pool's memory stays where the pool is: numa_node=0 on a pool of plain host memory was
+    # silently dropped.
+    owner = MemPool.create(Location.host(), "pinned")
+    with pytest.raises(ValueError, match=r"numa_node=0: the adopted pool's memory is at host "
+                                         r"\(an adopted pool stays where it is; drop numa_node\)"):
+        AsyncPinnedMR(pool=owner, numa_node=0)
+    assert owner.attributes.reserved_mem_current == 0  # nothing was allocated from it
+    owner.close()
+
+
 @pytest.mark.parametrize("kind", list(MAKERS))
 def test_threshold_policy_raises_zero(gpu, kind):
     pool = MemPool.default(*SHARED[kind])
