@@ -198,6 +198,38 @@ def sync():
     cupy.cuda.runtime.deviceSynchronize()
 
 
+@contextlib.contextmanager
+def captured_elsewhere(cupy, mode: str = "global", non_blocking: bool = True):
+    """For the length of the block, another thread captures on a new CuPy stream (``mode``:
+    "global" or "thread_local"); yields a dict that gets ``capture`` once the block ends:
+    "valid", or "broken: ..." when ending the capture failed (something invalidated it)."""
+    import threading
+
+    modes = {"global": cupy.cuda.runtime.streamCaptureModeGlobal,
+             "thread_local": cupy.cuda.runtime.streamCaptureModeThreadLocal}
+    began, done, outcome = threading.Event(), threading.Event(), {}
+
+    def capture():
+        cs = cupy.cuda.Stream(non_blocking=non_blocking)
+        cs.begin_capture(modes[mode])
+        began.set()
+        done.wait()
+        try:
+            cs.end_capture()
+            outcome["capture"] = "valid"
+        except Exception as e:  # noqa: BLE001 - what the caller asserts on
+            outcome["capture"] = f"broken: {type(e).__name__}: {e}"
+
+    t = threading.Thread(target=capture, daemon=True)
+    t.start()
+    began.wait()
+    try:
+        yield outcome
+    finally:
+        done.set()
+        t.join(timeout=60)
+
+
 def run_python(code: str, *args: str, env: dict | None = None, timeout: float = 240,
                pass_fds: tuple = ()):
     """Runs ``code`` with ``args`` as ``sys.argv[1:]`` in a fresh interpreter: this one's

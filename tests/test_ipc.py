@@ -77,27 +77,12 @@ if how == "dealloc_gil":
 if how == "dealloc_during_capture":
     # The import dies while another thread captures, in global mode, on a blocking stream: its
     # release must neither break that capture nor be refused there (leaving the import mapped).
-    import threading
     from cuda.bindings import driver as cu
-    began, done, outcome = threading.Event(), threading.Event(), {}
-    def capture():
-        cs = cupy.cuda.Stream(non_blocking=False)
-        cs.begin_capture(cupy.cuda.runtime.streamCaptureModeGlobal)
-        began.set()
-        done.wait()
-        try:
-            cs.end_capture()
-            outcome["capture"] = "VALID"
-        except Exception as e:  # noqa: BLE001 - what the test reports
-            outcome["capture"] = f"BROKEN {type(e).__name__}: {e}"
-    t = threading.Thread(target=capture)
-    t.start()
-    began.wait()
+    from gpu_helpers import captured_elsewhere
     address = imported.ptr
-    del imported, view
-    done.set()
-    t.join()
-    print("DEALLOC CAPTURE", outcome["capture"], flush=True)
+    with captured_elsewhere(cupy, "global", non_blocking=False) as outcome:
+        del imported, view
+    print("DEALLOC CAPTURE", outcome["capture"].upper(), flush=True)
     err, _ = cu.cuPointerGetAttribute(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_RANGE_SIZE,
                                       address)
     print("AFTER DEL", "MAPPED" if err == cu.CUresult.CUDA_SUCCESS else f"UNMAPPED ({err.name})",

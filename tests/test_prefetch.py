@@ -9,7 +9,7 @@ from rmm.pylibrmm.stream import Stream
 import asyncmr
 from asyncmr import AsyncManagedMR, Location
 
-from gpu_helpers import require_module
+from gpu_helpers import captured_elsewhere, require_module
 
 MiB = 1 << 20
 CPU = -1  # cudaCpuDeviceId: what LastPrefetchLocation answers for the host
@@ -99,32 +99,14 @@ def test_placement_beside_another_threads_global_capture_leaves_it_valid(gpu, ca
     """PyTorch captures in global mode: a prefetch (at allocation, or asked for) on another,
     non-capturing stream, made while that capture runs, must neither be refused nor invalidate
     it. Both run in relaxed capture mode, as every pool call does."""
-    import threading
-
     cupy = require_module("cupy")
     if call == "discard_and_prefetch" and not asyncmr.can_discard():
         pytest.skip("discard_and_prefetch needs the CUDA 13 build")  # the cu12 build's own test
     mr = AsyncManagedMR(pool="new", prefetch="device")
-    began, done, outcome = threading.Event(), threading.Event(), {}
-
-    def capture():
-        cs = cupy.cuda.Stream(non_blocking=True)
-        cs.begin_capture(cupy.cuda.runtime.streamCaptureModeGlobal)
-        began.set()
-        done.wait()
-        try:
-            cs.end_capture()
-            outcome["capture"] = "valid"
-        except Exception as e:  # noqa: BLE001 - what the test reports
-            outcome["capture"] = f"broken: {e}"
-
     s = Stream()
     p = mr.allocate(MiB, s)
     s.synchronize()
-    t = threading.Thread(target=capture)
-    t.start()
-    began.wait()
-    try:
+    with captured_elsewhere(cupy, "global") as outcome:
         if call == "allocate":
             q = mr.allocate(MiB, s)  # prefetched at allocation
             mr.deallocate(q, MiB, s)
@@ -132,9 +114,6 @@ def test_placement_beside_another_threads_global_capture_leaves_it_valid(gpu, ca
             asyncmr.prefetch((p, MiB), "host", stream=s)
         else:
             asyncmr.discard_and_prefetch((p, MiB), "device", stream=s)
-    finally:
-        done.set()
-        t.join()
     assert outcome["capture"] == "valid", outcome
     s.synchronize()
     mr.deallocate(p, MiB, s)
