@@ -9,7 +9,7 @@ from rmm.pylibrmm.stream import Stream
 import asyncmr
 from asyncmr import AsyncManagedMR, Location
 
-from gpu_helpers import captured_elsewhere, require_module
+from gpu_helpers import captured_elsewhere, not_applicable, require_module
 
 MiB = 1 << 20
 CPU = -1  # cudaCpuDeviceId: what LastPrefetchLocation answers for the host
@@ -101,7 +101,7 @@ def test_placement_beside_another_threads_global_capture_leaves_it_valid(gpu, ca
     it. Both run in relaxed capture mode, as every pool call does."""
     cupy = require_module("cupy")
     if call == "discard_and_prefetch" and not asyncmr.can_discard():
-        pytest.skip("discard_and_prefetch needs the CUDA 13 build")  # the cu12 build's own test
+        not_applicable("discard_and_prefetch needs the CUDA 13 build")
     mr = AsyncManagedMR(pool="new", prefetch="device")
     s = Stream()
     p = mr.allocate(MiB, s)
