@@ -267,6 +267,15 @@ bool history_ring::join(history_owner const* owner) noexcept
   return true;
 }
 
+namespace {
+std::atomic<void (*)() noexcept> claim_hook{nullptr};
+}  // namespace
+
+void set_history_claim_hook(void (*hook)() noexcept) noexcept
+{
+  claim_hook.store(hook, std::memory_order_relaxed);
+}
+
 bool history_ring::claim(history_cursor& c) noexcept
 {
   // The chunk let go part-filled last, where its claim stopped, if nobody took it since: its
@@ -293,6 +302,7 @@ bool history_ring::claim(history_cursor& c) noexcept
   // A chunk a thread still holds (part-filled) is passed over; every chunk held: refused.
   for (std::size_t tries = 0; tries < chunks_; ++tries) {
     std::uint64_t const ticket = tickets_.fetch_add(1, std::memory_order_relaxed);
+    if (auto* const hook = claim_hook.load(std::memory_order_relaxed)) [[unlikely]] { hook(); }
     std::size_t const chunk    = static_cast<std::size_t>(ticket % chunks_);
     if (!states_[chunk].held.exchange(true, std::memory_order_acquire)) {
       c.next_slot  = &slots_[chunk * chunk_];

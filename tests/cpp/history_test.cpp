@@ -344,6 +344,44 @@ TEST(HistoryRing, AnEventRecordedAsItsThreadEndsKeepsNoPlace)
   EXPECT_EQ(history_ring::live(), live_before) << "the ring outlived its last handle";
 }
 
+// A thread held up between its ticket and its chunk (a preemption) while other threads claim
+// their way round the ring: it then holds a chunk whose later slots hold a newer claim's events,
+// already counted as written. Counting them again as the holder's made recorded() and dropped()
+// too high for as long as it held the chunk (found by a review helper).
+std::atomic<int> held_up_stage{0};
+thread_local bool held_up_thread = false;
+
+TEST(HistoryRing, AClaimHeldUpWhileOthersGoRoundTheRingCountsEachEventOnce)
+{
+  auto const ring = history_ring::make(1024);  // 64 chunks of 16
+  held_up_stage.store(0);
+  set_history_claim_hook([]() noexcept {
+    if (held_up_thread && held_up_stage.load() == 0) {
+      held_up_stage.store(1);
+      while (held_up_stage.load() != 2) { std::this_thread::yield(); }
+    }
+  });
+  std::thread held_up{[&ring] {
+    held_up_thread = true;
+    ring->record(event(0));  // ticket 0: held up before it takes chunk 0
+    held_up_stage.store(3);
+    while (held_up_stage.load() != 4) { std::this_thread::yield(); }  // quiet, holding it
+  }};
+  while (held_up_stage.load() != 1) { std::this_thread::yield(); }
+  for (std::uint64_t i = 1; i <= 1024; ++i) { ring->record(event(i)); }
+  held_up_stage.store(2);
+  while (held_up_stage.load() != 3) { std::this_thread::yield(); }
+  set_history_claim_hook(nullptr);
+  std::uint64_t dropped = 0;
+  auto const events     = ring->events(dropped);
+  EXPECT_EQ(ring->recorded(), 1025U) << "events offered: 1 + 1024";
+  EXPECT_EQ(dropped, 1025U - events.size());
+  EXPECT_EQ(ring->dropped(), 1025U - events.size());
+  held_up_stage.store(4);
+  held_up.join();
+  EXPECT_EQ(ring->recorded(), 1025U);
+}
+
 // Many short-lived threads, each recording a couple of events (a thread pool's workers that come
 // and go): the ring keeps all of them while they fit, not one chunk's worth of slots per thread.
 TEST(HistoryRing, ShortLivedThreadsLoseNoEventsTheRingHasRoomFor)

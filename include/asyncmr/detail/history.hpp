@@ -308,6 +308,10 @@ struct alignas(64) history_thread {
 /// thread-local initializer.
 extern constinit thread_local history_thread history_this_thread;
 
+/// @brief For tests: `hook` runs in a thread claiming a fresh chunk, between taking its ticket and
+/// taking the chunk (where a preemption may hold a thread up); null: none.
+void set_history_claim_hook(void (*hook)() noexcept) noexcept;
+
 /// @brief Forgets the event this thread recorded last: history_last_event() says
 /// history_no_event until the thread records an event again. Call it before the call whose event
 /// is asked for after.
