@@ -420,10 +420,13 @@ std::uint64_t history_ring::recorded() const noexcept
     chunk_state const& state = states_[i];
     n += state.written.load(std::memory_order_relaxed);
     if (!state.held.load(std::memory_order_acquire)) { continue; }
-    // The claim holding it: its events are the slots numbered from its first on.
+    // The claim holding it: its events are the slots numbered in its own range, from its first
+    // on (a claim held up after its ticket may find the chunk's later slots filled since by a
+    // newer claim, whose events are counted in `written` already).
     std::uint64_t const first = state.first.load(std::memory_order_relaxed);
     for (std::size_t k = 0; k < chunk_; ++k) {
-      if (slots_[i * chunk_ + k].seq.load(std::memory_order_relaxed) > 2 * first) { ++n; }
+      std::uint64_t const seq = slots_[i * chunk_ + k].seq.load(std::memory_order_relaxed);
+      if (seq > 2 * first && seq <= 2 * (first + chunk_)) { ++n; }
     }
   }
   return n;
