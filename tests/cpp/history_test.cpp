@@ -382,6 +382,39 @@ TEST(HistoryRing, AClaimHeldUpWhileOthersGoRoundTheRingCountsEachEventOnce)
   EXPECT_EQ(ring->recorded(), 1025U);
 }
 
+// A long-lived thread (a worker of a pool) that recorded into a recording since stopped keeps its
+// place there, and with it the whole ring (4 GiB at the largest size), until it ends. When it
+// takes a place in a new ring, its places in stopped ones go (found by a review helper).
+TEST(HistoryRing, AThreadJoiningANewRecordingLetsItsPlacesInStoppedOnesGo)
+{
+  history_owner owner;
+  auto const live_before = history_ring::live();
+  std::atomic<int> step{0};
+  auto record_now = [&owner] {
+    if (history_ring* const ring = owner.active()) { ring->record(event(1), &owner); }
+  };
+  owner.start(history_ring::make(1024));
+  std::thread worker{[&] {
+    record_now();  // into the first recording
+    step.store(1);
+    while (step.load() != 2) { std::this_thread::yield(); }
+    record_now();  // into the second
+    step.store(3);
+    while (step.load() != 4) { std::this_thread::yield(); }
+  }};
+  while (step.load() != 1) { std::this_thread::yield(); }
+  static_cast<void>(owner.stop());  // its handle goes at once: only the worker's place keeps it
+  EXPECT_EQ(history_ring::live(), live_before + 1);
+  owner.start(history_ring::make(1024));
+  step.store(2);
+  while (step.load() != 3) { std::this_thread::yield(); }
+  EXPECT_EQ(history_ring::live(), live_before + 1) << "the stopped ring outlived its recording";
+  step.store(4);
+  worker.join();
+  static_cast<void>(owner.stop());
+  EXPECT_EQ(history_ring::live(), live_before);
+}
+
 // Many short-lived threads, each recording a couple of events (a thread pool's workers that come
 // and go): the ring keeps all of them while they fit, not one chunk's worth of slots per thread.
 TEST(HistoryRing, ShortLivedThreadsLoseNoEventsTheRingHasRoomFor)
