@@ -193,6 +193,18 @@ history_cursor& history_cursor::add(history_ring& ring) noexcept
 {
   static_cast<void>(&reaper);  // this thread's places are let go when it ends
   history_cursor* const table = history_this_thread.cursors;
+  // Places in rings whose recording stopped go now: this thread is taking a place elsewhere, so
+  // it is inside no call that still writes there, and such a place alone may keep a large ring
+  // alive for as long as the thread lives.
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < table_size; ++i) {
+    if (table[i].ring != nullptr && table[i].ring->stopped_.load(std::memory_order_relaxed)) {
+      forget(table[i]);
+    } else {
+      table[kept++] = table[i];
+    }
+  }
+  for (std::size_t i = kept; i < table_size; ++i) { table[i] = history_cursor{}; }
   forget(table[table_size - 1]);  // the least recently used place goes
   for (std::size_t i = table_size - 1; i > 0; --i) { table[i] = table[i - 1]; }
   table[0]      = history_cursor{};
@@ -456,6 +468,7 @@ history_ring::handle history_owner::stop() noexcept
 {
   history_ring* const ring = active_.exchange(nullptr, std::memory_order_seq_cst);
   if (ring == nullptr) { return {}; }
+  ring->stopped_.store(true, std::memory_order_relaxed);
   // A thread that saw the ring recorded into as it joined has counted its place when it leaves:
   // a few instructions, so this spins a moment at most; none joins it after.
   while (joining_.load(std::memory_order_seq_cst) != 0) { std::this_thread::yield(); }

@@ -180,6 +180,7 @@ class history_ring {
 
  private:
   friend struct history_cursor;
+  friend class history_owner;  // marks the ring stopped
   explicit history_ring(std::size_t capacity);
   ~history_ring();
   // Seven words an event: the action goes in the top byte of `cached` (a cache of 2^56 bytes
@@ -229,6 +230,9 @@ class history_ring {
   // so threads that end or move to other rings leave no slots unused.
   std::atomic<std::size_t> partial_{0};
   std::atomic<std::size_t> refs_{1};  // the handle's count and each thread's place's
+  // Set when its owner stops recording into it: a thread taking a place in another ring lets
+  // its place here go (it records here no more, and the place alone keeps the ring alive).
+  std::atomic<bool> stopped_{false};
 };
 
 /**
@@ -237,7 +241,8 @@ class history_ring {
  *
  * A writer reads active() and records into that ring later (a resource's allocation reads it
  * before its driver call), so a stopped ring may still be written by a thread that has a place in
- * it (that place keeps it alive), or be asked for one. stop() waits for the threads taking a place
+ * it (that place keeps it alive), or be asked for one. A thread lets its places in stopped rings
+ * go when it takes a place in another ring, and all of them when it ends. stop() waits for the threads taking a place
  * at that moment (a few atomic instructions; none waits on stop), so once it returns no thread
  * takes a new place in the stopped ring, and the ring is freed when its handle and the places
  * taken before are gone. start and stop are called one at a time (the resource's lock); active()
