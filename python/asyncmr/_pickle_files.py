@@ -87,6 +87,16 @@ def nesting(data: bytes) -> int:
     return int(deepest)
 
 
+def _unreadable(raw: bytes) -> str:
+    """Why the scan could not read `raw`, as pickletools' reading of its opcodes says."""
+    try:
+        for _ in pickletools.genops(raw):
+            pass
+    except Exception as e:  # noqa: BLE001 - its words are the reason
+        return " ".join(str(e).split())
+    return "an opcode argument asyncmr does not read, or no STOP"
+
+
 def write_pickle(path: object, data: dict[str, Any]) -> None:
     with open(checked_path(path), "wb") as f:
         pickle.dump(data, f, protocol=PICKLE_PROTOCOL)
@@ -99,11 +109,14 @@ def read_plain_pickle(path: object, what: str, why: str) -> Any:
     path = checked_path(path)
     with open(path, "rb") as f:
         raw = f.read()
+    name = os.fspath(path)
     try:
         deep = nesting(raw) > MAX_NESTING
     except ValueError:
-        deep = False  # not a pickle: the unpickler says why below
-    name = os.fspath(path)
+        # Never unpickled unscanned (a file the scan cannot read went to the unpickler, which
+        # read it, and crashed): pickletools says what is wrong, building nothing.
+        raise ValueError(f"asyncmr: {name} is not {what}: it does not unpickle "
+                         f"({_unreadable(raw)})") from None
     if deep:
         raise ValueError(f"asyncmr: {name} is not {what}: it nests values deeper than "
                          f"{MAX_NESTING} levels ({why})")

@@ -11,7 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <unordered_map>
+#include <map>
 #include <vector>
 
 namespace asyncmr_py {
@@ -56,7 +56,28 @@ inline long long pickle_nesting(unsigned char const* data,
                                 long long limit)
 {
   std::vector<long long> stack;  // depths; -1 is a mark
-  std::unordered_map<std::uint64_t, long long> memo;
+  // The memo: indices below the input's size (every index a pickle of ours writes: MEMOIZE
+  // counts up) in a vector, the rest in an ordered map. Not a hash table: a file could choose
+  // indices that all land in one bucket and make the scan quadratic.
+  std::vector<long long> memo_dense;
+  std::map<std::uint64_t, long long> memo_sparse;
+  std::uint64_t memo_count = 0;
+  auto memo_get = [&](std::uint64_t index) -> long long {
+    if (index < memo_dense.size()) { return memo_dense[static_cast<std::size_t>(index)]; }
+    auto const found = memo_sparse.find(index);
+    return found == memo_sparse.end() ? 0 : found->second;
+  };
+  auto memo_put = [&](std::uint64_t index, long long depth) {
+    if (index < n) {
+      if (index >= memo_dense.size()) {
+        memo_dense.resize(static_cast<std::size_t>(index) + 1, -2);  // -2: not memoized
+      }
+      if (memo_dense[static_cast<std::size_t>(index)] == -2) { ++memo_count; }
+      memo_dense[static_cast<std::size_t>(index)] = depth;
+    } else if (memo_sparse.insert_or_assign(index, depth).second) {
+      ++memo_count;
+    }
+  };
   long long deepest = 0;
   std::size_t i     = 0;
   auto read_le      = [&](std::size_t at, std::size_t bytes) {
@@ -110,7 +131,7 @@ inline long long pickle_nesting(unsigned char const* data,
     i = end;
     if (what == op_stop) { return deepest; }
     if (what == op_put || what == op_memoize || what == op_get) {
-      std::uint64_t index = memo.size();
+      std::uint64_t index = memo_count;
       if (what != op_memoize) {
         if (memo_arg == memo_u1) {
           index = data[at];
@@ -125,10 +146,10 @@ inline long long pickle_nesting(unsigned char const* data,
         }
       }
       if (what == op_get) {
-        auto const found = memo.find(index);
-        stack.push_back(found == memo.end() ? 0 : found->second);
+        long long const depth = memo_get(index);
+        stack.push_back(depth < 0 ? 0 : depth);  // never memoized: the unpickler refuses it
       } else {
-        memo[index] = stack.empty() ? 0 : stack.back();
+        memo_put(index, stack.empty() ? 0 : stack.back());
       }
       continue;
     }
