@@ -123,6 +123,14 @@ void pool_resource_base::release_cache()
 // allocation may grow it (fewer known unused reserved bytes than it asks for), when the last
 // read is older than history_pool_read_ns, and on every oom and trim_to. Each read sets both
 // values exactly. A grow or trim event is stamped at the read that sees the change.
+// Stamps from `then` to `now`, 0 when `then` is the later: a free is stamped before it is made,
+// so another thread's read of the pool may come after its stamp (the difference must not wrap).
+[[gnu::always_inline]] inline std::uint64_t stamps_since(std::uint64_t now,
+                                                         std::uint64_t then) noexcept
+{
+  return now > then ? now - then : 0;
+}
+
 void pool_resource_base::note_read(history_ring& ring,
                                    history_event e,
                                    bool forced) noexcept
@@ -133,7 +141,7 @@ void pool_resource_base::note_read(history_ring& ring,
   if (read_pool) {
     h.last_read.store(e.time_ns, std::memory_order_relaxed);
   } else if (std::uint64_t read_at = h.last_read.load(std::memory_order_relaxed);
-             e.time_ns - read_at >= h.read_period.load(std::memory_order_relaxed)) {
+             stamps_since(e.time_ns, read_at) >= h.read_period.load(std::memory_order_relaxed)) {
     // One thread reads for all of them; the others record the known state.
     read_pool = h.last_read.compare_exchange_strong(read_at, e.time_ns, std::memory_order_relaxed);
   }
@@ -196,7 +204,7 @@ void pool_resource_base::note_read(history_ring& ring,
     e.used = e.used > bytes ? e.used - bytes : 0;
     h.last_used.store(e.used, std::memory_order_relaxed);
   }
-  if (may_grow || now - h.last_read.load(std::memory_order_relaxed) >=
+  if (may_grow || stamps_since(now, h.last_read.load(std::memory_order_relaxed)) >=
                     h.read_period.load(std::memory_order_relaxed)) [[unlikely]] {
     note_read(ring, e, may_grow);
     return;
