@@ -183,7 +183,7 @@ std::uint64_t reserve_in(mem_pool const& pool, std::size_t bytes, std::optional<
   std::optional<active_context_scope> in_use;
   if (device) {
     on_device.emplace(*device);
-  } else {
+  } else if (current_context() == nullptr) {
     in_use.emplace(std::nullopt);
   }
   cudaStream_t stream = nullptr;
