@@ -148,8 +148,12 @@ cdef class _PoolResource(DeviceMemoryResource):
                 ptr, event if event != history_no_event and self._recorder is recorder else None)
         except BaseException:
             # The caller never gets the address (a MemoryError noting the stack, an interrupt):
-            # the block goes back rather than stay allocated for good.
-            self.deallocate(ptr, n, stream)
+            # the block goes back rather than stay allocated for good. The recorder's exception
+            # is the one raised, whatever the free says.
+            try:
+                self.deallocate(ptr, n, stream)
+            except Exception:  # noqa: BLE001
+                pass
             raise
         return ptr
 
