@@ -78,7 +78,9 @@ def nesting(data: bytes) -> int:
     """How deep the pickle `data` nests its values (an atom or an empty container 0, a
     container one more than the deepest value in it), read off its opcodes without building any,
     at C speed, stopping once past MAX_NESTING. Raises ValueError for bytes that are not a
-    pickle."""
+    pickle. Exact for values complete when they are memoized (tuples and frozensets always are:
+    what CPython hashes recursively, unguarded); a list or dict filled after it was memoized can
+    be deeper than counted, which Python meets with a RecursionError, not a crash."""
     from asyncmr._core import _pickle_nesting
 
     deepest = _pickle_nesting(data, _OPCODES, MAX_NESTING)
