@@ -94,11 +94,12 @@ def test_an_allocation_inside_a_capture_is_not_prefetched_and_the_capture_stays_
     cs.synchronize()
 
 
-@pytest.mark.parametrize("call", ["allocate", "prefetch", "discard_and_prefetch"])
+@pytest.mark.parametrize("call", ["prefetch", "discard_and_prefetch"])
 def test_placement_beside_another_threads_global_capture_leaves_it_valid(gpu, call):
-    """PyTorch captures in global mode: a prefetch (at allocation, or asked for) on another,
-    non-capturing stream, made while that capture runs, must neither be refused nor invalidate
-    it. Both run in relaxed capture mode, as every pool call does."""
+    """PyTorch captures in global mode: a prefetch on another, non-capturing stream, made while
+    that capture runs, must neither be refused nor invalidate it (relaxed capture mode, as every
+    pool call). (An allocation from a managed pool then is refused by the driver,
+    cudaErrorStreamCaptureUnsupported: seen on an H100 with driver 580, 2026-12-05.)"""
     cupy = require_module("cupy")
     if call == "discard_and_prefetch" and not asyncmr.can_discard():
         not_applicable("discard_and_prefetch needs the CUDA 13 build")
@@ -107,10 +108,7 @@ def test_placement_beside_another_threads_global_capture_leaves_it_valid(gpu, ca
     p = mr.allocate(MiB, s)
     s.synchronize()
     with captured_elsewhere(cupy, "global") as outcome:
-        if call == "allocate":
-            q = mr.allocate(MiB, s)  # prefetched at allocation
-            mr.deallocate(q, MiB, s)
-        elif call == "prefetch":
+        if call == "prefetch":
             asyncmr.prefetch((p, MiB), "host", stream=s)
         else:
             asyncmr.discard_and_prefetch((p, MiB), "device", stream=s)
