@@ -11,7 +11,7 @@
 #   cpp       the GoogleTest suite (ctest), CUDA 13
 #   consumer  the C++ package installed with `cmake --install`, tests/cpp/consumer built against
 #             it and run (allocates through rmm::device_async_resource_ref from each resource)
-#   pytest    the whole Python suite
+#   pytest    the whole Python suite (PYTEST_PATHS: some test files or node ids instead)
 #   demo      python -m asyncmr demo, recording the owned pool's history into OUTDIR
 #             (demo-history.pickle, demo-timeline.png: the README's timeline picture)
 #   bench     the benchmark into OUTDIR/bench (quick unless BENCH_ARGS is set; needs cpp)
@@ -260,7 +260,10 @@ fi
 if has pytest; then
   # A hang (its stacks are in the log after faulthandler_timeout) must not take the later
   # stages with it: the suite takes about 4 minutes on the H200.
-  run pytest timeout -k 10 "${PYTEST_TIMEOUT:-480}" python3 -m pytest tests -q -rs -p no:cacheprovider
+  # PYTEST_PATHS (default tests): some files or node ids, for a short window of device time.
+  # shellcheck disable=SC2086
+  run pytest timeout -k 10 "${PYTEST_TIMEOUT:-480}" python3 -m pytest ${PYTEST_PATHS:-tests} -q -rs \
+    -p no:cacheprovider
 fi
 
 if has demo; then

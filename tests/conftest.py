@@ -4,10 +4,18 @@
 state back as it found it), ``two_gpus``, ``no_gpu``; and the switch that turns GPU skips into
 failures on a GPU host (``ASYNCMR_REQUIRE_GPUS``, set by ci/gpu.sh)."""
 
+import os
+import sys
+
 import pytest
 
-import gpu_helpers
-from gpu_helpers import NOT_APPLICABLE, REQUIRED_GPUS, gpu_count, require_gpus
+# tests/reliability's helpers are imported by tests outside it (test_cache_soundness.py): on the
+# path however few test files a run names (its own conftest, which put it there, is loaded only
+# when a file of that folder is collected).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "reliability"))
+
+import gpu_helpers  # noqa: E402
+from gpu_helpers import NOT_APPLICABLE, REQUIRED_GPUS, gpu_count, require_gpus  # noqa: E402
 
 # Fixtures that mark a test as a GPU test for the switch below.
 GPU_FIXTURES = {"gpu", "two_gpus"}
