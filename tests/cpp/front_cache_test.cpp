@@ -923,6 +923,21 @@ TEST(FrontCacheMarkers, APutWhoseStreamCannotBeMarkedIsRefusedAndForgotten)
   EXPECT_EQ(cache.check_invariants(), 0U);
 }
 
+TEST(FrontCacheMarkers, RefusalsForUnmarkableStreamsAreNoPressureOnTheCap)
+{
+  // A stale reclaim takes idle streams' blocks to make room under the cap: puts refused because
+  // their stream could not be marked say nothing of the cap, and must not ask for one.
+  fake_markers fm;
+  front_cache cache{1 * MiB, 0, 0, fm.ops()};
+  fm.fail_mark = true;
+  for (std::size_t i = 0; i < 4 * front_cache::pressure_window; ++i) {
+    ASSERT_EQ(fm.free(cache, 1, handed(cache, i, 4 * KiB), 4 * KiB).status, put_status::refused);
+    EXPECT_FALSE(cache.note_pressure()) << "refusal " << i << " asked for a stale reclaim";
+  }
+  EXPECT_EQ(cache.stats().refused_unmarked, 4 * front_cache::pressure_window);
+  EXPECT_EQ(cache.stats().refused_cap, 0U);
+}
+
 TEST(FrontCacheMarkers, ABucketWhoseReleaseCannotBeOrderedKeepsItsBlocks)
 {
   fake_markers fm;
