@@ -401,7 +401,11 @@ put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes, voi
   auto const refuse = [&](std::uint64_t bucket::*counter) noexcept -> put_result {
     ++(b->*counter);
     b->lock.unlock();
-    refused_since_hint_.fetch_add(1, std::memory_order_relaxed);
+    // Only the cap's refusals are pressure (note_pressure): an unmarkable stream or no host
+    // memory says nothing of what a stale reclaim would free room for.
+    if (counter == &bucket::refused_cap) {
+      refused_since_hint_.fetch_add(1, std::memory_order_relaxed);
+    }
     // Back to the pool: the record forgets it first. A concurrent second free that cached it
     // meanwhile wins; then the caller must not free it.
     std::uint64_t expected = v;
