@@ -106,6 +106,42 @@ bool primary_active(context_functions const& f, int ordinal, int& device) noexce
          active != 0;
 }
 
+// Makes `ctx` current unless it is already; true when it is current now. `pushed` is set when
+// this pushed it: the caller pops it.
+bool make_current(context_functions const& f, context_t ctx, bool& pushed) noexcept
+{
+  context_t current = nullptr;
+  if (f.get_current(&current) == 0 && current == ctx) { return true; }
+  if (f.push(ctx) != 0) { return false; }
+  pushed = true;
+  return true;
+}
+
+// Retains `dev`'s primary context (which activates it) and makes it current; true when it is
+// current now. `retained` becomes `dev` when this pushed it: leave_primary undoes that. Otherwise
+// the retain is let go at once (nothing to undo).
+bool enter_primary(context_functions const& f, int dev, int& retained) noexcept
+{
+  context_t ctx = nullptr;
+  if (f.primary_retain(&ctx, dev) != 0) { return false; }
+  bool pushed        = false;
+  bool const current = make_current(f, ctx, pushed);
+  if (pushed) {
+    retained = dev;
+  } else {
+    f.primary_release(dev);
+  }
+  return current;
+}
+
+void leave_primary(context_functions const& f, int retained) noexcept
+{
+  if (retained < 0) { return; }
+  context_t popped = nullptr;
+  f.pop(&popped);
+  f.primary_release(retained);
+}
+
 }  // namespace
 
 active_context_scope::active_context_scope(std::optional<int> device) noexcept
@@ -115,20 +151,8 @@ active_context_scope::active_context_scope(std::optional<int> device) noexcept
   int const count = visible_devices();
   auto try_device = [&](int ordinal) {
     int dev = 0;
-    if (ordinal < 0 || ordinal >= count || !primary_active(f, ordinal, dev)) { return false; }
-    context_t ctx = nullptr;
-    if (f.primary_retain(&ctx, dev) != 0) { return false; }
-    context_t current = nullptr;
-    if (f.get_current(&current) == 0 && current == ctx) {  // already current: nothing to do
-      f.primary_release(dev);
-      return true;
-    }
-    if (f.push(ctx) != 0) {
-      f.primary_release(dev);
-      return false;
-    }
-    retained_ = dev;
-    return true;
+    return ordinal >= 0 && ordinal < count && primary_active(f, ordinal, dev) &&
+           enter_primary(f, dev, retained_);
   };
   if (device && try_device(*device)) { return; }
   for (int ordinal = 0; ordinal < count; ++ordinal) {
@@ -136,14 +160,7 @@ active_context_scope::active_context_scope(std::optional<int> device) noexcept
   }
 }
 
-active_context_scope::~active_context_scope()
-{
-  if (retained_ < 0) { return; }
-  auto const& f    = driver();
-  context_t popped = nullptr;
-  f.pop(&popped);
-  f.primary_release(retained_);
-}
+active_context_scope::~active_context_scope() { leave_primary(driver(), retained_); }
 
 void* current_context() noexcept
 {
@@ -164,14 +181,7 @@ void* stream_context(cudaStream_t stream) noexcept
 context_scope::context_scope(void* context) noexcept
 {
   auto const& f = driver();
-  if (context == nullptr || !f.complete()) { return; }
-  context_t current = nullptr;
-  if (f.get_current(&current) != 0) { return; }
-  if (current != context) {
-    if (f.push(context) != 0) { return; }
-    pushed_ = true;
-  }
-  ok_ = true;
+  ok_ = context != nullptr && f.complete() && make_current(f, context, pushed_);
 }
 
 context_scope::~context_scope()
@@ -185,34 +195,24 @@ primary_context_scope::primary_context_scope(int device)
 {
   auto const& f = driver();
   int dev       = 0;
-  context_t ctx = nullptr;
-  int status    = !f.complete() ? -1 : f.device_get(&dev, device);
-  if (status == 0) { status = f.primary_retain(&ctx, dev); }
-  if (status != 0) {
+  if (!f.complete() || f.device_get(&dev, device) != 0 || !enter_primary(f, dev, retained_)) {
     throw cuda_error{cudaErrorInvalidDevice,
-                     "asyncmr: cuDevicePrimaryCtxRetain(device " + std::to_string(device) +
-                       ") failed: CUresult " + std::to_string(status)};
+                     "asyncmr: device " + std::to_string(device) + "'s primary context could not "
+                     "be made current (cuDevicePrimaryCtxRetain / cuCtxPushCurrent refused)"};
   }
-  retained_         = dev;
-  context_t current = nullptr;
-  if (f.get_current(&current) == 0 && current == ctx) { return; }
-  if (f.push(ctx) != 0) {
-    f.primary_release(dev);
-    retained_ = -1;
-    throw cuda_error{cudaErrorInvalidDevice, "asyncmr: cuCtxPushCurrent(device " +
-                                               std::to_string(device) + ") failed"};
-  }
-  pushed_ = true;
 }
 
-primary_context_scope::~primary_context_scope()
+primary_context_scope::~primary_context_scope() { leave_primary(driver(), retained_); }
+
+scratch_stream::scratch_stream()
 {
-  auto const& f = driver();
-  if (pushed_) {
-    context_t popped = nullptr;
-    f.pop(&popped);
-  }
-  if (retained_ >= 0) { f.primary_release(retained_); }
+  ASYNCMR_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+}
+
+scratch_stream::~scratch_stream()
+{
+  blocking_region const wait;  // destroying it may wait for its work
+  clear_own_error(cudaStreamDestroy(stream_));
 }
 
 }  // namespace asyncmr::detail

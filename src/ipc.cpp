@@ -218,18 +218,8 @@ void imported_allocation::release()
   // would break a capture on any blocking stream of the device (docs/DRIVER_FACTS.md).
   detail::relaxed_capture_guard const relaxed;
   detail::context_scope const in_import_context{context_};
-  struct own_stream {
-    cudaStream_t s{nullptr};
-    own_stream() { ASYNCMR_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-    ~own_stream()
-    {
-      detail::blocking_region const wait;  // destroying it may wait for its work
-      detail::clear_own_error(cudaStreamDestroy(s));
-    }
-    own_stream(own_stream const&)            = delete;
-    own_stream& operator=(own_stream const&) = delete;
-  } const own;
-  release(own.s);
+  detail::scratch_stream const own;
+  release(own.get());
 }
 
 void imported_allocation::release(cudaStream_t stream)

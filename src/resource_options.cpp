@@ -186,16 +186,8 @@ std::uint64_t reserve_in(mem_pool const& pool, std::size_t bytes, std::optional<
   } else if (current_context() == nullptr) {
     in_use.emplace(std::nullopt);
   }
-  cudaStream_t stream = nullptr;
-  ASYNCMR_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  struct stream_owner {
-    cudaStream_t s;
-    ~stream_owner()
-    {
-      blocking_region const wait;  // destroying it may wait for its work
-      clear_own_error(cudaStreamDestroy(s));
-    }
-  } const owner{stream};
+  scratch_stream const own;
+  cudaStream_t const stream = own.get();
   void* ptr = nullptr;
   {
     blocking_region const wait;

@@ -70,8 +70,24 @@ class primary_context_scope {
   primary_context_scope& operator=(primary_context_scope const&) = delete;
 
  private:
-  int retained_{-1};
-  bool pushed_{false};
+  int retained_{-1};  // the device whose primary context this scope retained and pushed
+};
+
+/**
+ * A non-blocking stream of the current context for one job, nobody's capture, destroyed with
+ * the scope (in a blocking region: destroying it may wait for its work).
+ * @throws cuda_error when it cannot be made
+ */
+class scratch_stream {
+ public:
+  scratch_stream();
+  ~scratch_stream();
+  scratch_stream(scratch_stream const&)            = delete;
+  scratch_stream& operator=(scratch_stream const&) = delete;
+  [[nodiscard]] cudaStream_t get() const noexcept { return stream_; }
+
+ private:
+  cudaStream_t stream_{nullptr};
 };
 
 }  // namespace asyncmr::detail
