@@ -349,14 +349,10 @@ void* front_cache::take(stream_key stream, std::size_t bytes) noexcept
 put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes, void* handle) noexcept
 {
   if (ptr == nullptr || bytes == 0 || bytes > max_block_) {
-    if (ptr != nullptr) {
-      if (auto const [slot, v] = find_record(ptr); slot != nullptr && class_of(v) == graph_class) {
-        return {put_status::graph, 0};
-      }
-    }
+    auto const [slot, v] = ptr == nullptr ? record_view{nullptr, 0} : find_record(ptr);
+    if (slot != nullptr && class_of(v) == graph_class) { return {put_status::graph, 0}; }
     // A recorded block freed with an uncacheable size: the record knows better (a cached one is
     // a second free, whatever size it names).
-    auto const [slot, v]  = ptr == nullptr ? record_view{nullptr, 0} : find_record(ptr);
     std::size_t const rec = slot == nullptr ? 0 : class_bytes(class_of(v));
     bool const twice      = slot != nullptr && (v & cached_bit) != 0;
     if (auto* const b = lock_bucket<bucket>(id_, stream, [this](stream_key k) { return find(k); })) {

@@ -304,8 +304,9 @@ class front_cache {
 
   /**
    * @brief After a refused put: answers true once `pressure_window` refusals for the cap (not
-   * for an unmarkable stream or no host memory) came since it last did and the epoch is `stale_after_ns` old, when the owner should ask for a stale
-   * reclaim (`detach_stale`). Refusals in a younger epoch wait for it to age.
+   * for an unmarkable stream or no host memory) came since it last did and the epoch is
+   * `stale_after_ns` old, when the owner should ask for a stale reclaim (`detach_stale`).
+   * Refusals in a younger epoch wait for it to age.
    */
   [[nodiscard]] bool note_pressure() noexcept;
 
