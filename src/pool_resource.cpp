@@ -113,6 +113,14 @@ void pool_resource_base::release_cache()
   }
 }
 
+// Stamps from `then` to `now`, 0 when `then` is the later: a free is stamped before it is made,
+// so another thread's read of the pool may come after its stamp (the difference must not wrap).
+[[gnu::always_inline]] inline std::uint64_t stamps_since(std::uint64_t now,
+                                                         std::uint64_t then) noexcept
+{
+  return now > then ? now - then : 0;
+}
+
 // The events of a pair (alloc, free, cache_hit, cache_put) are stamped inline by note_event;
 // what asks the driver is out of line here: a read of the pool when it is due, when an
 // allocation may have grown it, and for every oom and trim_to (straight from their callers).
@@ -122,15 +130,8 @@ void pool_resource_base::release_cache()
 // `used` moves by each allocation's and free's bytes; the pool itself is read when an
 // allocation may grow it (fewer known unused reserved bytes than it asks for), when the last
 // read is older than history_pool_read_ns, and on every oom and trim_to. Each read sets both
-// values exactly. A grow or trim event is stamped at the read that sees the change.
-// Stamps from `then` to `now`, 0 when `then` is the later: a free is stamped before it is made,
-// so another thread's read of the pool may come after its stamp (the difference must not wrap).
-[[gnu::always_inline]] inline std::uint64_t stamps_since(std::uint64_t now,
-                                                         std::uint64_t then) noexcept
-{
-  return now > then ? now - then : 0;
-}
-
+// values exactly. A grow or trim event is stamped a tick before the event whose read sees the
+// change.
 void pool_resource_base::note_read(history_ring& ring,
                                    history_event e,
                                    bool forced) noexcept
@@ -287,16 +288,17 @@ free_result pool_resource_base::deallocate_checked(cuda::stream_ref stream,
                                                    std::size_t bytes) noexcept
 {
   if (ptr == nullptr) { return {}; }
-  // Stamped before the free (see note_event): a recording that starts meanwhile stamps it after.
-  bool const recording      = history_ && history_->recordings.active() != nullptr;
-  std::uint64_t const stamp = recording ? history_stamp() : 0;
+  // The recording read, and the free stamped, before the free (see note_event), as an
+  // allocation reads it before its driver call.
+  history_ring* const ring  = history_ ? history_->recordings.active() : nullptr;
+  std::uint64_t const stamp = ring != nullptr ? history_stamp() : 0;
   free_result const result  = cache_ ? cache_->deallocate(stream.get(), ptr, bytes)
                                      : free_to_pool(ptr, stream.get());
   if (!result.ok()) {
     refused_frees.fetch_add(1, std::memory_order_relaxed);
-  } else if (history_ring* const ring = history_ ? history_->recordings.active() : nullptr) {
+  } else if (ring != nullptr) {
     note_event(*ring, result.cached ? history_action::cache_put : history_action::free, ptr,
-               bytes, stream.get(), recording ? stamp : history_stamp());
+               bytes, stream.get(), stamp);
   }
   return result;
 }
