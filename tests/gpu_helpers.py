@@ -68,6 +68,20 @@ def require_module(name: str, why: str = "the GPU tests use it"):
         skip_or_fail(f"{name} is not installed ({why}): {e}")
 
 
+def create_context(device: int = 0):
+    """A new context on ``device`` (``cuCtxCreate``), pushed current on this thread: the caller pops
+    and destroys it. cuda-bindings 13 takes ``(params, flags, dev)``, 12 ``(flags, dev)``."""
+    import cuda.bindings
+    from cuda.bindings import driver as cu
+
+    err, dev = cu.cuDeviceGet(device)
+    assert err == cu.CUresult.CUDA_SUCCESS, err
+    major = int(cuda.bindings.__version__.split(".")[0])
+    err, ctx = cu.cuCtxCreate(None, 0, dev) if major >= 13 else cu.cuCtxCreate(0, dev)
+    assert err == cu.CUresult.CUDA_SUCCESS, err
+    return ctx
+
+
 # ---- the process-wide pools -----------------------------------------------------------------------
 
 # The shared pools a resource constructor, a control call or a careless caller could change.

@@ -15,7 +15,7 @@ from rmm.pylibrmm.stream import Stream
 import asyncmr
 from asyncmr import AsyncDeviceMR, AsyncManagedMR, AsyncPinnedMR, Location, MemPool
 
-from gpu_helpers import describe, device_view, require_module, run_python, sync
+from gpu_helpers import create_context, describe, device_view, require_module, run_python, sync
 
 KiB, MiB = 1 << 10, 1 << 20
 MAKERS = {"pinned": AsyncPinnedMR, "device": AsyncDeviceMR, "managed": AsyncManagedMR}
@@ -495,10 +495,7 @@ def test_a_free_while_another_context_is_current_is_cached_and_leaves_that_conte
     rs = Stream(obj=cs)
     p = mr.allocate(4 * KiB, rs)
     cs.synchronize()
-    err, dev = cu.cuDeviceGet(0)
-    assert err == cu.CUresult.CUDA_SUCCESS
-    err, ctx = cu.cuCtxCreate(None, 0, dev)  # pushed: current on this thread now
-    assert err == cu.CUresult.CUDA_SUCCESS, err
+    ctx = create_context(0)  # pushed: current on this thread now
     try:
         mr.deallocate(p, 4 * KiB, rs)
         err, current = cu.cuCtxGetCurrent()
