@@ -98,10 +98,10 @@ cudaError_t discard_and_prefetch_async(void* ptr, std::size_t bytes, location to
 
 namespace {
 
-// Everything is checked before the first call to the driver: the ranges and the target's kind,
-// then that there is a driver, then the target device.
-void check_ranges(std::span<memory_range const> ranges, char const* what,
-                  location const* to = nullptr)
+// Everything is checked before the first call to the driver: the ranges and the target's kind
+// (check_input, which asks nothing of the build or the driver), then that there is a driver, then
+// the target device.
+void check_input(std::span<memory_range const> ranges, char const* what, location const* to)
 {
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     if (ranges[i].ptr == nullptr && ranges[i].bytes != 0) {
@@ -118,6 +118,12 @@ void check_ranges(std::span<memory_range const> ranges, char const* what,
     }
   }
   if (to != nullptr) { detail::check_target_kind(*to); }
+}
+
+void check_ranges(std::span<memory_range const> ranges, char const* what,
+                  location const* to = nullptr)
+{
+  check_input(ranges, what, to);
   static_cast<void>(require_cuda());  // no driver: say so, not "capturing"
   detail::require_placement_driver(what);
   if (to != nullptr && to->kind == location_kind::device) { require_device(to->id); }
@@ -280,6 +286,7 @@ void prefetch(std::span<memory_range const> ranges, location to, cuda::stream_re
 
 void discard(std::span<memory_range const> ranges, cuda::stream_ref stream)
 {
+  check_input(ranges, "discard", nullptr);  // bad input is bad input in every build
   if (!can_discard()) { needs_cuda13("discard"); }
   check(ranges, stream.get(), "discard");
   check_not_legacy(stream.get(), "discard");
@@ -297,6 +304,7 @@ void discard_and_prefetch(std::span<memory_range const> ranges,
                           location to,
                           cuda::stream_ref stream)
 {
+  check_input(ranges, "discard_and_prefetch", &to);  // as discard
   if (!can_discard()) { needs_cuda13("discard_and_prefetch"); }
   check(ranges, stream.get(), "discard_and_prefetch", &to);
   check_not_legacy(stream.get(), "discard_and_prefetch");
