@@ -97,6 +97,33 @@ def test_a_second_free_of_a_cached_block_inside_a_capture_is_refused(gpu, kind):
     del graph
 
 
+@pytest.mark.parametrize("cap", [0, 64 * MiB], ids=["uncached", "cached"])
+@pytest.mark.parametrize("kind", ["device", "managed", "pinned"])
+def test_a_pool_serves_a_thread_while_another_thread_captures_in_global_mode(gpu, kind, cap):
+    # PyTorch captures in global mode (torch.cuda.graph's default). Another thread's allocations
+    # and frees on its own, uncaptured stream go on meanwhile: served, and the capture left valid.
+    # A new pool grows for the first allocation. (A managed pool's growth was refused with
+    # cudaErrorStreamCaptureUnsupported on an H100, driver 580, 2026-12-05: every pool call now
+    # runs in relaxed capture mode, as the control calls did already.)
+    cupy = require_module("cupy")
+    from gpu_helpers import captured_elsewhere
+
+    mr = MAKERS[kind](pool="new", cache=cap) if cap else MAKERS[kind](pool="new")
+    cs = cupy.cuda.Stream(non_blocking=True)
+    rs = Stream(obj=cs)
+    sizes = (4 * KiB, MiB, 8 * MiB)
+    with captured_elsewhere(cupy, "global") as outcome:
+        ptrs = [mr.allocate(size, rs) for size in sizes]
+        with cs:
+            for size, p in zip(sizes, ptrs):
+                device_view(p, size // 4).fill(7)
+        for size, p in zip(sizes, ptrs):
+            mr.deallocate(p, size, rs)
+        mr.trim_to(0)  # the cache's blocks too
+    assert outcome["capture"] == "valid", outcome
+    cs.synchronize()
+
+
 def test_a_block_the_driver_will_not_free_inside_a_capture_stays_the_callers(gpu):
     # The driver refuses a free node for a pool block allocated outside the graph (cudaFreeAsync
     # on a capturing stream: cudaErrorInvalidValue, seen on an H100 with driver 580,
