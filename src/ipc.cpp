@@ -239,7 +239,10 @@ void imported_allocation::release(cudaStream_t stream)
       "graph cannot free another process's memory); release it outside the capture. Nothing "
       "was changed"};
   }
-  ASYNCMR_CUDA_TRY(cudaFreeAsync(ptr, stream));
+  {
+    detail::relaxed_capture_guard const relaxed;  // as every pool call
+    ASYNCMR_CUDA_TRY(cudaFreeAsync(ptr, stream));
+  }
   ptr_.store(nullptr);  // the free is enqueued: never again
   cudaError_t status{};
   {

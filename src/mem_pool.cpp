@@ -355,8 +355,16 @@ void* mem_pool::allocate_async(std::size_t bytes, cudaStream_t stream) const
   }
   // Counted until the error, if any, has read the pool's usage for its message.
   detail::pool_use const use{s, "asyncmr: allocating from a memory pool that was closed"};
-  void* ptr         = nullptr;
-  auto const status = cudaMallocFromPoolAsync(&ptr, bytes, use.handle(), stream);
+  void* ptr = nullptr;
+  cudaError_t status{};
+  {
+    // Relaxed, as every other pool call: while another thread captures in global mode (PyTorch's
+    // default), the driver refuses a growing managed pool's allocation in the default mode
+    // (cudaErrorStreamCaptureUnsupported, seen on an H100, driver 580). A capture of `stream`
+    // itself still records the allocation as a graph node.
+    detail::relaxed_capture_guard const relaxed;
+    status = cudaMallocFromPoolAsync(&ptr, bytes, use.handle(), stream);
+  }
   if (status != cudaSuccess) {
     detail::throw_allocation_error(status, bytes, stream, s, use.handle());
   }
@@ -365,7 +373,11 @@ void* mem_pool::allocate_async(std::size_t bytes, cudaStream_t stream) const
 
 cudaError_t mem_pool::deallocate_async(void* ptr, cudaStream_t stream) noexcept
 {
-  auto const status = cudaFreeAsync(ptr, stream);
+  cudaError_t status{};
+  {
+    detail::relaxed_capture_guard const relaxed;  // as allocate_async
+    status = cudaFreeAsync(ptr, stream);
+  }
   detail::clear_own_error(status);
   return status;
 }

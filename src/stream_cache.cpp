@@ -500,7 +500,7 @@ void* stream_cache::allocate(cudaStream_t stream, std::size_t bytes, bool* hit)
     // A cache must never be the reason an allocation fails: this stream's blocks go back in its
     // own order (no wait), then every cache on the pool (release: the release streams).
     std::size_t given = cache_.drain_stream(key, [stream](stream_key, void* p, std::size_t) noexcept {
-      clear_own_error(cudaFreeAsync(p, stream));
+      static_cast<void>(mem_pool::deallocate_async(p, stream));
     });
     try {
       if (given != 0) { ptr = pool_.allocate_async(cls, stream); }
