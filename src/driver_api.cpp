@@ -11,6 +11,7 @@
 #include "detail/driver_api.hpp"
 #include "detail/pool_state.hpp"
 
+#include <asyncmr/detail/capture_mode.hpp>
 #include <asyncmr/error.hpp>
 
 #include <cstdint>
@@ -36,6 +37,19 @@ int pointer_attribute(void* value, int attribute, void const* ptr) noexcept
   if (get == nullptr) { return -1; }
   auto const address = static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(ptr));
   return get(value, attribute, address);
+}
+
+void exchange_capture_mode(cudaStreamCaptureMode* mode) noexcept
+{
+  using exchange_fn    = int (*)(cudaStreamCaptureMode*);  // CUstreamCaptureMode: same values
+  static auto exchange = reinterpret_cast<exchange_fn>(
+    driver_entry_point("cuThreadExchangeStreamCaptureMode", 10010));
+  if (exchange != nullptr) {
+    cudaStreamCaptureMode const asked = *mode;
+    if (exchange(mode) == 0) { return; }
+    *mode = asked;  // refused: the runtime is asked the same
+  }
+  clear_own_error(cudaThreadExchangeStreamCaptureMode(mode));
 }
 
 namespace {
