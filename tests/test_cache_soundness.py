@@ -102,9 +102,9 @@ def test_a_second_free_of_a_cached_block_inside_a_capture_is_refused(gpu, kind):
 def test_a_pool_serves_a_thread_while_another_thread_captures_in_global_mode(gpu, kind, cap):
     # PyTorch captures in global mode (torch.cuda.graph's default). Another thread's allocations
     # and frees on its own, uncaptured stream go on meanwhile: served, and the capture left valid.
-    # A new pool grows for the first allocation. (A managed pool's growth was refused with
-    # cudaErrorStreamCaptureUnsupported on an H100, driver 580, 2026-12-05: every pool call now
-    # runs in relaxed capture mode, as the control calls did already.)
+    # A new pool grows for the first allocation. (In the thread's default mode the driver
+    # refused it, cudaErrorStreamCaptureUnsupported, every kind, cached or not: H100, driver 580,
+    # 2026-12-05. Every pool call now runs in relaxed capture mode, as the control calls did.)
     cupy = require_module("cupy")
     from gpu_helpers import captured_elsewhere
 

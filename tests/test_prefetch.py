@@ -98,8 +98,7 @@ def test_an_allocation_inside_a_capture_is_not_prefetched_and_the_capture_stays_
 def test_placement_beside_another_threads_global_capture_leaves_it_valid(gpu, call):
     """PyTorch captures in global mode: a prefetch on another, non-capturing stream, made while
     that capture runs, must neither be refused nor invalidate it (relaxed capture mode, as every
-    pool call). (An allocation from a managed pool then is refused by the driver,
-    cudaErrorStreamCaptureUnsupported: seen on an H100 with driver 580, 2026-12-05.)"""
+    pool call; allocations beside such a capture: test_cache_soundness.py)."""
     cupy = require_module("cupy")
     if call == "discard_and_prefetch" and not asyncmr.can_discard():
         not_applicable("discard_and_prefetch needs the CUDA 13 build")
