@@ -12,6 +12,8 @@
 
 #include "test_kernels.hpp"
 
+#include <asyncmr/detail/capture_mode.hpp>
+
 #include <future>
 #include <optional>
 #include <thread>
@@ -131,6 +133,41 @@ TEST_F(CaptureTest, PoolCallsWhileAnotherThreadCapturesInGlobalModeKeepTheCaptur
   ASSERT_EQ(cudaSuccess, end) << cudaGetErrorName(end);
   ASSERT_EQ(cudaSuccess, run) << cudaGetErrorName(run);
   EXPECT_TRUE(holds_pattern(words, graph_bytes));
+}
+
+// ---- the guard itself -------------------------------------------------------------------------
+
+/// @brief The calling thread's capture mode, read through the runtime (two exchanges: the mode
+/// is left as it was), not through the path the guard takes.
+cudaStreamCaptureMode thread_capture_mode()
+{
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  EXPECT_EQ(cudaSuccess, cudaThreadExchangeStreamCaptureMode(&mode));
+  cudaStreamCaptureMode back = mode;
+  EXPECT_EQ(cudaSuccess, cudaThreadExchangeStreamCaptureMode(&back));
+  return mode;
+}
+
+TEST_F(CaptureTest, TheRelaxedGuardRelaxesTheThreadAndGivesItsModeBackWhateverItWas)
+{
+  // The guard exchanges the mode through the driver's entry point where it has one: the
+  // runtime must see the same mode inside (relaxed) and after (the thread's own, nested too).
+  for (auto const own : {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal,
+                         cudaStreamCaptureModeRelaxed}) {
+    cudaStreamCaptureMode previous = own;
+    ASSERT_EQ(cudaSuccess, cudaThreadExchangeStreamCaptureMode(&previous));
+    {
+      detail::relaxed_capture_guard const outer;
+      EXPECT_EQ(thread_capture_mode(), cudaStreamCaptureModeRelaxed) << own;
+      {
+        detail::relaxed_capture_guard const inner;
+        EXPECT_EQ(thread_capture_mode(), cudaStreamCaptureModeRelaxed) << own;
+      }
+      EXPECT_EQ(thread_capture_mode(), cudaStreamCaptureModeRelaxed) << own;
+    }
+    EXPECT_EQ(thread_capture_mode(), own);
+    ASSERT_EQ(cudaSuccess, cudaThreadExchangeStreamCaptureMode(&previous));  // as it was
+  }
 }
 
 // ---- allocation inside a capture ---------------------------------------------------------
