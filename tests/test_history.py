@@ -542,7 +542,7 @@ def test_one_and_many_files_each_point_to_their_reader(tmp_path):
     ({"device": None}, ValueError, r"header\['device'\] is None for a device pool"),
     ({"kind": "pinned"}, ValueError, r"header\['device'\] is 0 for a pinned pool"),
     ({"device": -1}, ValueError, r"header\['device'\] must be >= 0"),
-    ({"device": 2**31}, ValueError, r"header\['device'\] must be <= 2147483647, got 2147483648"),
+    ({"device": 2**16}, ValueError, r"header\['device'\] must be <= 65535, got 65536"),
     ({"pool": 2**64}, ValueError, r"header\['pool'\] must be <= 18446744073709551615"),
     ({"max_events": 10**30}, ValueError, r"header\['max_events'\] must be <= "),
     ({"dropped": True}, TypeError, r"header\['dropped'\] must be an int, got bool"),
@@ -770,3 +770,119 @@ def test_a_phase_name_must_be_a_non_empty_str(bad):
 def test_the_timeline_picks_a_time_unit_its_span_reads_in(span_ns, unit):
     from asyncmr._plot import time_unit_for
     assert time_unit_for(span_ns)[0] == unit
+
+
+# ---- files that are small on disk and huge or endless when read ---------------------------------
+
+def _plain_header(**changes):
+    h = {"version": 1, "kind": "device", "pool": 1, "device": 0, "max_events": 1,
+         "dropped": 0, "stacks": "python", "phases": [], "worker": None}
+    h.update(changes)
+    return h
+
+
+def _plain_event(**changes):
+    e = {"time_ns": 1, "action": "alloc", "address": 4096, "bytes": 8, "stream": 0,
+         "reserved": 8, "used": 8, "cached": 0, "frames": []}
+    e.update(changes)
+    return e
+
+
+BOUNDED_LOAD = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # the test's host survives a failure
+from asyncmr import history
+try:
+    history.load(sys.argv[1])
+except ValueError as e:
+    print("REFUSED", e)
+    sys.exit(3)
+"""
+
+
+def _load_bounded(path):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", BOUNDED_LOAD, str(path)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_a_file_of_shared_events_and_frames_is_refused_not_expanded(tmp_path):
+    # Pickle's memo lets one event and one frame list be named 20,000 times each: under 100 kB
+    # on disk, 4e8 frame dicts (~80 GB) once History copies every event's frames.
+    n = 20_000
+    frames = [{"filename": "a.py", "line": 1, "name": "f"}] * n
+    path = tmp_path / "bomb.pickle"
+    with open(path, "wb") as f:
+        pickle.dump({"asyncmr": {"header": _plain_header(),
+                                 "events": [_plain_event(frames=frames)] * n}}, f, protocol=4)
+    assert path.stat().st_size < 100_000
+    run = _load_bounded(path)
+    assert run.returncode == 3, (run.returncode, run.stderr[-500:])
+    assert "shares values, expanding past the file's size" in run.stdout
+
+
+def test_a_file_of_shared_event_keys_is_refused_not_expanded(tmp_path):
+    # One event of 20,000 keys named 20,000 times: each reference is copied whole.
+    n = 20_000
+    event = _plain_event(**{f"k{i}": None for i in range(n)})
+    path = tmp_path / "bomb.pickle"
+    with open(path, "wb") as f:
+        pickle.dump({"asyncmr": {"header": _plain_header(), "events": [event] * n}}, f,
+                    protocol=4)
+    run = _load_bounded(path)
+    assert run.returncode == 3, (run.returncode, run.stderr[-500:])
+    assert "shares values, expanding past the file's size" in run.stdout
+
+
+def test_a_history_asyncmr_wrote_is_within_its_own_budget(tmp_path):
+    # Every event its own frames (as save() writes them): far fewer values than bytes.
+    events = [_plain_event(time_ns=i + 1, address=4096 * (i + 1),
+                           frames=[{"filename": f"m{j}.py", "line": j, "name": "f"}
+                                   for j in range(32)]) for i in range(2000)]
+    path = tmp_path / "real.pickle"
+    History(_plain_header(max_events=2000), events).save(path)
+    assert len(hist.load(path).events) == 2000
+
+
+def test_plot_of_a_fifo_exits_2_instead_of_waiting_for_a_writer(tmp_path, capsys):
+    import os
+    import threading
+
+    fifo = tmp_path / "h.pickle"
+    os.mkfifo(fifo)
+    result = []
+    t = threading.Thread(target=lambda: result.append(
+        hist.main([str(fifo), "-o", str(tmp_path / "t.png")])), daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive():  # let the blocked open go, so that the test run can end
+        with open(fifo, "wb"):
+            pass
+        t.join(10)
+        pytest.fail("python -m asyncmr plot FIFO waited for a writer")
+    assert result == [2]
+    assert "is not a history file: it is not a regular file" in capsys.readouterr().err
+
+
+def test_a_character_device_is_refused_not_read_forever():
+    run = _load_bounded("/dev/zero")
+    assert run.returncode == 3, (run.returncode, run.stderr[-500:])
+    assert "/dev/zero is not a history file: it is not a regular file" in run.stdout
+
+
+def test_plot_refuses_to_draw_over_the_history_it_reads(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "h.pickle"
+    History(_plain_header(stacks="none"), [_plain_event()]).save(path)
+    before = path.read_bytes()
+    assert hist.main([str(path), "-o", str(path)]) == 2
+    assert "is the same file as the history it draws" in capsys.readouterr().err
+    assert path.read_bytes() == before
+
+
+def test_a_device_ordinal_past_any_trace_list_is_refused_at_the_header():
+    # A snapshot holds one trace list per device up to the pool's: 2**31 - 1 asked for 2**31.
+    with pytest.raises(ValueError, match=r"header\['device'\] must be <= 65535, got 2147483647"):
+        History(_plain_header(device=2**31 - 1, stacks="none"), [])
