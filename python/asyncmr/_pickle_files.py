@@ -10,6 +10,8 @@ import io
 import os
 import pickle
 import pickletools
+import stat
+from collections.abc import Mapping
 from typing import Any
 
 # PyTorch's viewer (torch/utils/viz/MemoryViz.js, unpickle) reads pickle protocols 2 to 4 only;
@@ -99,19 +101,53 @@ def _unreadable(raw: bytes) -> str:
     return "an opcode argument asyncmr does not read, or no STOP"
 
 
+def check_history_cost(where: str, raw: object, budget: int) -> int:
+    """Counts what History walks in `raw` (header items, phases, events, each event's keys and
+    frames; a value the file names twice, twice) against `budget`, the file's bytes: returns
+    what is left, or raises ValueError past it. A history asyncmr writes names each container
+    once and holds fewer values than bytes; one frame list named by 20,000 events of a 100 kB
+    file would expand to gigabytes."""
+    def size(v: object) -> int:
+        return len(v) if isinstance(v, (Mapping, list, tuple)) else 0
+
+    r: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    header: Mapping[str, Any] = r["header"] if isinstance(r.get("header"), Mapping) else {}
+    phases, events = (v if isinstance(v, (list, tuple)) else ()
+                      for v in (header.get("phases"), r.get("events")))
+    budget -= size(header) + len(phases) + sum(map(size, phases)) + len(events)
+    for e in events:
+        if budget < 0:
+            break
+        budget -= size(e) + (size(e.get("frames")) if isinstance(e, Mapping) else 0)
+    if budget < 0:
+        raise ValueError(f"asyncmr: {where} shares values, expanding past the file's size")
+    return budget
+
+
 def write_pickle(path: object, data: dict[str, Any]) -> None:
     with open(checked_path(path), "wb") as f:
         pickle.dump(data, f, protocol=PICKLE_PROTOCOL)
 
 
-def read_plain_pickle(path: object, what: str, why: str) -> Any:
-    """The plain values pickled in the file at `path`; ValueError naming the file when it is
-    not `what` (a class named, nesting past MAX_NESTING, not a pickle: `why` says what it
-    should hold). OSError when it cannot be read."""
+def read_plain_pickle(path: object, what: str, why: str) -> tuple[Any, int]:
+    """The plain values pickled in the file at `path`, and the file's size; ValueError naming
+    the file when it is not `what` (a class named, nesting past MAX_NESTING, not a pickle, not
+    a regular file: `why` says what it should hold). OSError when it cannot be read."""
     path = checked_path(path)
-    with open(path, "rb") as f:
-        raw = f.read()
     name = os.fspath(path)
+    # Non-blocking, so that a FIFO does not wait for a writer; read only a regular file (a FIFO
+    # or /dev/zero would never end).
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(21, os.strerror(21), name)
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"asyncmr: {name} is not {what}: it is not a regular file")
+        with open(fd, "rb", closefd=False) as f:
+            raw = f.read()
+    finally:
+        os.close(fd)
     try:
         deep = nesting(raw) > MAX_NESTING
     except ValueError:
@@ -123,7 +159,7 @@ def read_plain_pickle(path: object, what: str, why: str) -> Any:
         raise ValueError(f"asyncmr: {name} is not {what}: it nests values deeper than "
                          f"{MAX_NESTING} levels ({why})")
     try:
-        return _PlainUnpickler(io.BytesIO(raw)).load()
+        return _PlainUnpickler(io.BytesIO(raw)).load(), len(raw)
     except _Refused as e:
         raise ValueError(f"asyncmr: {name} is not {what}: it holds a {e} object (refused, not "
                          f"loaded: {why})") from None

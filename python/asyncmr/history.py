@@ -20,7 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from asyncmr._pickle_files import PICKLE_PROTOCOL, read_plain_pickle, write_pickle
+from asyncmr._pickle_files import (PICKLE_PROTOCOL, check_history_cost, read_plain_pickle,
+                                   write_pickle)
 
 __all__ = ["ACTIONS", "KINDS", "VERSION", "History", "gather", "load", "load_many", "main",
            "plot", "save_many"]
@@ -35,7 +36,7 @@ _ENDS_LIVE = frozenset({"free", "cache_put"})
 _EVENT_INTS = ("time_ns", "address", "bytes", "stream", "reserved", "used", "cached")
 _MANY_KEY = "asyncmr_histories"
 _UINT64_MAX = 2**64 - 1
-_INT32_MAX = 2**31 - 1
+_MAX_DEVICE = 2**16 - 1  # the snapshot holds a trace list per device up to the pool's
 _Event = dict[str, Any]
 _Step = tuple[str, _Event, _Event]  # ("alloc" | "free" | "oom", event, block): see _replay
 # Blocks closer together than this share one segment of the snapshot. A display choice (the
@@ -100,7 +101,7 @@ def _check_header(header: object) -> dict[str, Any]:
     _int("header['pool']", _get("header", h, "pool"), 1)
     device = _get("header", h, "device")
     if device is not None:
-        _int("header['device']", device, maximum=_INT32_MAX)  # a CUDA device ordinal
+        _int("header['device']", device, maximum=_MAX_DEVICE)  # a CUDA device ordinal
     if (kind == "device") != (device is not None) and kind != "managed":
         raise ValueError(f"asyncmr: header['device'] is {device} for a {kind} pool: a device "
                          f"pool's memory is on a device (an int), a pinned pool's on the host "
@@ -412,15 +413,17 @@ def _from_raw(where: str, raw: object) -> History:
 
 def _read(path: str | os.PathLike[str]) -> History | dict[str, History]:
     """The history in a file from History.save, or the histories in one from save_many."""
-    data = read_plain_pickle(path, what="a history file",
-                             why="a history holds only plain values, nesting six levels")
+    data, budget = read_plain_pickle(path, what="a history file",
+                                     why="a history holds only plain values, nesting six levels")
     try:
         if isinstance(data, dict) and "asyncmr" in data:
+            check_history_cost("its 'asyncmr'", data["asyncmr"], budget)
             return _from_raw("its 'asyncmr'", data["asyncmr"])
         if isinstance(data, dict) and _MANY_KEY in data:
             many = _typed(f"its {_MANY_KEY!r}", data[_MANY_KEY], Mapping, "a dict")
             out = {}
             for name, raw in many.items():
+                budget = check_history_cost(f"its {_MANY_KEY!r}[{name!r}]", raw, budget)
                 h = _from_raw(f"its {_MANY_KEY!r}[{name!r}]", raw)
                 if h.header["worker"] != name:
                     raise ValueError(f"asyncmr: the history under {name!r} names worker "
@@ -564,6 +567,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except ValueError as e:
         print(f"asyncmr plot: {str(e).removeprefix('asyncmr: ')}", file=sys.stderr)
+        return 2
+    if os.path.exists(args.output) and os.path.samefile(args.history, args.output):
+        print(f"asyncmr plot: the output {args.output} is the same file as the history it "
+              "draws (give another -o)", file=sys.stderr)
         return 2
     try:
         out = plot(data, args.output, title=args.title)
