@@ -301,6 +301,24 @@ TEST(FrontCacheRecord, ASecondFreeOfACachedBlockIsADoubleFreeWhateverSizeItNames
   EXPECT_EQ(cache.take(1, 4 * KiB), p);
 }
 
+TEST(FrontCacheRecord, AWrongSizeWithNoHostMemoryForABucketIsStillAWrongSize)
+{
+  // A live block freed at another class on a stream whose bucket cannot be made (no host
+  // memory) is a wrong size, as it is with a bucket: not a double free of a block the user
+  // still holds, and the record's class is said.
+  front_cache cache{1 * MiB};
+  void* const p = handed(cache, 0, 4 * KiB);
+  put_result r{};
+  {
+    test::failing_allocations const no_host_memory;
+    r = cache.put(0xF00D, p, 256);
+  }
+  EXPECT_EQ(r.status, put_status::wrong_size) << "a handed-out block answered as a double free";
+  EXPECT_EQ(r.recorded_bytes, 4 * KiB);
+  EXPECT_EQ(cache.recorded_bytes(p), 4 * KiB) << "a refusal changes nothing";
+  EXPECT_TRUE(cached(cache, 1, p, 4 * KiB)) << "the user's own free at its class is cached";
+}
+
 TEST(FrontCacheRecord, UnrecordLetsGoOfAHandedOutBlockOnlyAtItsClass)
 {
   // The owner's free inside a capture: the record is asked before the driver.
