@@ -886,3 +886,10 @@ def test_a_device_ordinal_past_any_trace_list_is_refused_at_the_header():
     # A snapshot holds one trace list per device up to the pool's: 2**31 - 1 asked for 2**31.
     with pytest.raises(ValueError, match=r"header\['device'\] must be <= 65535, got 2147483647"):
         History(_plain_header(device=2**31 - 1, stacks="none"), [])
+
+
+def test_plot_refuses_an_empty_output_name(tmp_path, capsys):
+    path = tmp_path / "h.pickle"
+    History(_plain_header(stacks="none"), [_plain_event()]).save(path)
+    assert hist.main([str(path), "-o", ""]) == 2
+    assert "asyncmr plot: -o needs a file name" in capsys.readouterr().err
