@@ -560,6 +560,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the PNG to write (default: timeline.png)")
     parser.add_argument("--title", default=None, action=OnceAction, help="the figure's title")
     args = parser.parse_args(argv)
+    if not args.output:
+        print("asyncmr plot: -o needs a file name", file=sys.stderr)
+        return 2
     try:
         data = _read(args.history)
     except OSError as e:
