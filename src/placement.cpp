@@ -98,10 +98,19 @@ cudaError_t discard_and_prefetch_async(void* ptr, std::size_t bytes, location to
 
 namespace {
 
-// Everything is checked before the first call to the driver: the ranges and the target's kind
-// (check_input, which asks nothing of the build or the driver), then that there is a driver, then
-// the target device.
-void check_input(std::span<memory_range const> ranges, char const* what, location const* to)
+[[noreturn]] void needs_cuda13(char const* what)
+{
+  throw unsupported_error{std::string{"asyncmr: "} + what +
+                          " needs the CUDA 13 build of asyncmr (asyncmr-cu13) on a CUDA 13 "
+                          "driver; this build is for CUDA " +
+                          version_string(versions().runtime)};
+}
+
+// Everything is checked before the first call to the driver: the ranges and the target's kind,
+// then, for the discards, that this build has them (bad input is bad input in every build), then
+// that there is a driver, then the target device.
+void check_ranges(std::span<memory_range const> ranges, char const* what,
+                  location const* to = nullptr, bool discards = false)
 {
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     if (ranges[i].ptr == nullptr && ranges[i].bytes != 0) {
@@ -118,12 +127,7 @@ void check_input(std::span<memory_range const> ranges, char const* what, locatio
     }
   }
   if (to != nullptr) { detail::check_target_kind(*to); }
-}
-
-void check_ranges(std::span<memory_range const> ranges, char const* what,
-                  location const* to = nullptr)
-{
-  check_input(ranges, what, to);
+  if (discards && !can_discard()) { needs_cuda13(what); }
   static_cast<void>(require_cuda());  // no driver: say so, not "capturing"
   detail::require_placement_driver(what);
   if (to != nullptr && to->kind == location_kind::device) { require_device(to->id); }
@@ -144,9 +148,9 @@ void check_not_legacy(cudaStream_t stream, char const* what)
 
 // As check_ranges, and the stream-ordered calls refuse a capturing stream.
 void check(std::span<memory_range const> ranges, cudaStream_t stream, char const* what,
-           location const* to = nullptr)
+           location const* to = nullptr, bool discards = false)
 {
-  check_ranges(ranges, what, to);
+  check_ranges(ranges, what, to, discards);
   if (detail::stream_capturing(stream)) {
     throw unsupported_error{std::string{"asyncmr: "} + what +
                             " on a capturing stream: the driver would invalidate the capture "
@@ -197,14 +201,6 @@ batch non_empty(std::span<memory_range const> ranges)
     b.index.push_back(i);
   }
   return b;
-}
-
-[[noreturn]] void needs_cuda13(char const* what)
-{
-  throw unsupported_error{std::string{"asyncmr: "} + what +
-                          " needs the CUDA 13 build of asyncmr (asyncmr-cu13) on a CUDA 13 "
-                          "driver; this build is for CUDA " +
-                          version_string(versions().runtime)};
 }
 
 // Each memory_advice, in the enum's order: the driver's kind and the name.
@@ -286,9 +282,7 @@ void prefetch(std::span<memory_range const> ranges, location to, cuda::stream_re
 
 void discard(std::span<memory_range const> ranges, cuda::stream_ref stream)
 {
-  check_input(ranges, "discard", nullptr);  // bad input is bad input in every build
-  if (!can_discard()) { needs_cuda13("discard"); }
-  check(ranges, stream.get(), "discard");
+  check(ranges, stream.get(), "discard", nullptr, true);
   check_not_legacy(stream.get(), "discard");
   batch b = non_empty(ranges);
   if (b.ptrs.empty()) { return; }
@@ -304,9 +298,7 @@ void discard_and_prefetch(std::span<memory_range const> ranges,
                           location to,
                           cuda::stream_ref stream)
 {
-  check_input(ranges, "discard_and_prefetch", &to);  // as discard
-  if (!can_discard()) { needs_cuda13("discard_and_prefetch"); }
-  check(ranges, stream.get(), "discard_and_prefetch", &to);
+  check(ranges, stream.get(), "discard_and_prefetch", &to, true);
   check_not_legacy(stream.get(), "discard_and_prefetch");
   batch b = non_empty(ranges);
   if (b.ptrs.empty()) { return; }
