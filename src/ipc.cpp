@@ -239,9 +239,8 @@ void imported_allocation::release(cudaStream_t stream)
       "graph cannot free another process's memory); release it outside the capture. Nothing "
       "was changed"};
   }
-  {
-    detail::relaxed_capture_guard const relaxed;  // as every pool call
-    ASYNCMR_CUDA_TRY(cudaFreeAsync(ptr, stream));
+  if (cudaError_t const freed = mem_pool::deallocate_async(ptr, stream); freed != cudaSuccess) {
+    detail::throw_cuda_error(freed, "cudaFreeAsync(ptr, stream)");  // as every pool free
   }
   ptr_.store(nullptr);  // the free is enqueued: never again
   cudaError_t status{};
