@@ -371,13 +371,9 @@ put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes, voi
   auto const find_      = [this](stream_key k) { return find(k); };
   bucket* b             = lock_bucket<bucket>(id_, stream, find_);
   if (b == nullptr) {
-    // No bucket (no host memory): the record answers as it does with one; a handed-out block
-    // at its class goes to the pool, so its record goes too.
-    if (slot == nullptr) { return {put_status::not_recorded, 0}; }
-    std::size_t const rec = class_table[class_of(v)];
-    if ((v & cached_bit) != 0) { return {put_status::already_cached, rec}; }
-    if (class_of(v) != idx) { return {put_status::wrong_size, rec}; }
-    return {forget(ptr) ? put_status::refused : put_status::already_cached, rec};
+    // No bucket (no host memory): the block goes to the pool, so the record answers and lets
+    // go of it as for a free that bypasses the cache (a second free and a wrong size refused).
+    return unrecord(ptr, bytes);
   }
   b->seen = epoch_.load(std::memory_order_relaxed);
   if (slot == nullptr) {
