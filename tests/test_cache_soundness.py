@@ -741,3 +741,35 @@ def test_giving_legacy_stream_blocks_back_leaves_a_blocking_streams_capture_vali
     # blocking: the legacy stream would join it
     give_back_while_capturing(cupy, holder, action, mode=cupy.cuda.runtime.streamCaptureModeGlobal,
                               non_blocking=False, whose="the blocking stream's capture")
+
+
+@pytest.mark.parametrize("mode", ["global", "thread_local"])
+@pytest.mark.parametrize("kind", ["pinned", "device", "managed"])
+def test_legacy_stream_hits_and_puts_go_on_while_a_blocking_stream_captures(gpu, kind, mode):
+    # While a blocking stream captures, the legacy stream cannot be used (its calls would join the
+    # capture), and the driver answers a capture question about it with
+    # CUDA_ERROR_STREAM_CAPTURE_IMPLICIT. A block cached on the legacy stream needs neither: its
+    # hit and its put make no call on the stream, so they are served, and the capture stays valid.
+    cupy = require_module("cupy")
+    from gpu_helpers import captured_elsewhere
+
+    mr = make(kind)
+    legacy = Stream(obj=cupy.cuda.Stream.null)
+    p = mr.allocate(4 * KiB, legacy)
+    mr.deallocate(p, 4 * KiB, legacy)
+    sync()
+    before = mr.cache_info
+    assert before["blocks"] == 1, before
+    with captured_elsewhere(cupy, mode, non_blocking=False) as outcome:
+        got = []
+        try:
+            for _ in range(3):
+                q = mr.allocate(4 * KiB, legacy)
+                got.append(q)
+                mr.deallocate(q, 4 * KiB, legacy)
+        except Exception as e:  # noqa: BLE001 - reported with the capture's outcome below
+            got.append(e)
+    assert outcome["capture"] == "valid", (outcome, got)
+    assert got == [p, p, p], got
+    after = mr.cache_info
+    assert after["hits"] == before["hits"] + 3 and after["blocks"] == 1, after
