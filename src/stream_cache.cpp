@@ -406,7 +406,10 @@ cache_streams::cache_streams(std::optional<int> device)
   }
   // The witness follows the legacy stream of this context only: a put on another device's
   // legacy stream has another key, and keeps its marker.
-  if (stream_key key{}; key_of(cudaStreamLegacy, key)) { legacy = key; }
+  if (stream_key key{}; key_of(cudaStreamLegacy, key)) {
+    legacy        = key;
+    this->context = current_context();
+  }
 }
 
 void cache_streams::destroy() noexcept
@@ -489,6 +492,21 @@ void stream_cache::reclaim_stale() noexcept
   free_in_release_order(true);
 }
 
+bool stream_cache::key_for(cudaStream_t stream, stream_key& key) const noexcept
+{
+  // The legacy stream of the context the cache was made in has the key taken then: asked of the
+  // driver while a blocking stream captures, that question is refused as well
+  // (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: seen on an H100, driver 580, 2026-12-05), and a hit
+  // or a put on it then needs no driver call at all. The context is the cache's as long as the
+  // cache lives: its release and witness streams are in it.
+  if (!may_capture(stream) && streams_.legacy && streams_.context != nullptr &&
+      current_context() == streams_.context) {
+    key = *streams_.legacy;
+    return true;
+  }
+  return key_of(stream, key);
+}
+
 void* stream_cache::allocate(cudaStream_t stream, std::size_t bytes, bool* hit)
 {
   if (may_capture(stream) && capturing(stream)) {
@@ -503,7 +521,7 @@ void* stream_cache::allocate(cudaStream_t stream, std::size_t bytes, bool* hit)
   std::size_t const cls = cache_.class_size(bytes);
   if (cls == 0) { return allocate_giving_caches_back(pool_, bytes, stream); }
   stream_key key{};
-  if (!key_of(stream, key)) { return pool_.allocate_async(bytes, stream); }
+  if (!key_for(stream, key)) { return pool_.allocate_async(bytes, stream); }
   if (pool_.closed()) {
     throw pool_closed_error{"asyncmr: allocating from a memory pool that was closed"};
   }
@@ -555,7 +573,7 @@ free_result stream_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t
   // first all the same: a block it holds as cached (a second free) or at another class is
   // refused there as here, before the driver is asked anything.
   stream_key key{};
-  bool const into_cache = !(may_capture(stream) && capturing(stream)) && key_of(stream, key);
+  bool const into_cache = !(may_capture(stream) && capturing(stream)) && key_for(stream, key);
   put_result const put =
     into_cache ? cache_.put(key, ptr, bytes, stream) : cache_.unrecord(ptr, bytes);
   // A block the record let go of is the pool's only once the driver takes its free.

@@ -39,6 +39,7 @@ struct cache_streams {
   cudaStream_t witness{nullptr};
   cudaEvent_t witness_event{nullptr};
   std::optional<stream_key> legacy;  // the legacy stream's key in that context
+  void* context{nullptr};            // that context (CUcontext), or nullptr if none was current
 
  private:
   void destroy() noexcept;
@@ -84,6 +85,9 @@ class stream_cache final : public std::enable_shared_from_this<stream_cache> {
   /// Parks the cached blocks (every one, or the stale streams') and queues their frees on the
   /// release stream, waiting for nothing; returns how many.
   std::size_t free_in_release_order(bool stale) noexcept;
+  /// The cache's key for `stream`: the driver's stream id, or for the legacy stream of the
+  /// cache's own context the key taken when the cache was made. False when neither is known.
+  [[nodiscard]] bool key_for(cudaStream_t stream, stream_key& key) const noexcept;
 
   // Made current by the destructor's body and declared first, so destroyed last: the members'
   // destruction (the cache's markers, its streams, the pool) runs in the cache's device's
