@@ -5,6 +5,7 @@ what is outstanding, the PyTorch snapshot it makes, its files, the timeline and 
 The events here are synthetic, shaped like the recorder's (src/pool_history.cpp): the GPU tests
 of the recording itself are with the resources' tests."""
 
+import math
 import pickle
 import pickletools
 
@@ -427,34 +428,55 @@ def test_a_deeply_nested_pickle_is_refused_without_crashing(tmp_path, depth, put
 
 def _nesting_by_genops(data):
     """The reference for history's nesting scan: the same rule on pickletools.genops' reading
-    of the opcodes (slow, in Python)."""
+    of the opcodes (slow, in Python). Each value built is a node; a memo GET or a DUP pushes the
+    node it names, so a container filled after it was put in another deepens every value that
+    holds it, and a value that holds itself nests infinitely deep."""
     fills = {"APPEND", "APPENDS", "SETITEM", "SETITEMS", "ADDITEMS", "BUILD", "DUP"}
-    mark, deepest, stack, memo = object(), 0, [], {}
+    mark, children, stack, memo = object(), [], [], {}
+
+    def new_node(items):
+        children.append(list(items))
+        return len(children) - 1
+
     for op, arg, _ in pickletools.genops(data):
         if op.name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
-            memo[arg if op.name != "MEMOIZE" else len(memo)] = stack[-1] if stack else 0
+            memo[arg if op.name != "MEMOIZE" else len(memo)] = stack[-1] if stack else mark
             continue
         if op.name in ("GET", "BINGET", "LONG_BINGET"):
-            stack.append(memo.get(arg, 0))
+            node = memo.get(arg, mark)
+            stack.append(new_node(()) if node is mark else node)
             continue
-        items = -1
+        items = []
         if pickletools.stackslice in op.stack_before:
             while stack[-1] is not mark:
-                items = max(items, stack.pop())
+                items.append(stack.pop())
             stack.pop()
             fixed = op.stack_before.index(pickletools.markobject)
         else:
             fixed = len(op.stack_before)
         below = [stack.pop() for _ in range(fixed)][::-1]
+        if not op.stack_after:
+            continue  # POP, POP_MARK, STOP: nothing built
         if op.name in fills and below:
-            depth = max(below[0], max([items, *below[1:]]) + 1)
+            node = below[0]
+            children[node] += below[1:] + items
         else:
-            depth = max([items, *below]) + 1
+            node = new_node(below + items)
         for item in op.stack_after:
-            stack.append(mark if item is pickletools.markobject else depth)
-        if op.stack_after and pickletools.markobject not in op.stack_after:
-            deepest = max(deepest, depth)
-    return deepest
+            stack.append(mark if item is pickletools.markobject else node)
+
+    depth, on_path = {}, set()
+
+    def depth_of(node):
+        if node in on_path:
+            return math.inf
+        if node not in depth:
+            on_path.add(node)
+            depth[node] = 1 + max(map(depth_of, children[node])) if children[node] else 0
+            on_path.discard(node)
+        return depth[node]
+
+    return max(map(depth_of, range(len(children))), default=0)
 
 
 def _random_value(rng, depth):
@@ -486,6 +508,147 @@ def test_the_nesting_scan_agrees_with_pickletools(protocol):
     for bad in (b"", b"\xff", b"K", b"X\xff\xff\xff\x7f", b"e."):  # unknown op, short, no mark
         with pytest.raises(ValueError):
             nesting(bad)
+
+
+# Pickles whose containers are filled after another container took them (read back through the
+# memo or a DUP): what a crafted file can do, and pickle.dumps does only for a value that holds
+# itself. Each takes how many levels to build and nests at least that deep.
+_OP = {op.name: op.code.encode("latin-1") for op in pickletools.opcodes}
+
+
+def _asm(*parts):
+    return b"".join(_OP[p] if isinstance(p, str) else p for p in parts)
+
+
+def _u4(i):
+    return i.to_bytes(4, "little")
+
+
+def _lists_memoized_empty(n):
+    # L0 = []; each L_k memoized empty, then given L_k-1 from the memo: L_n nests n deep.
+    parts = ["PROTO", b"\x02", "EMPTY_LIST", "LONG_BINPUT", _u4(0), "POP"]
+    for k in range(1, n + 1):
+        parts += ["EMPTY_LIST", "LONG_BINPUT", _u4(k), "LONG_BINGET", _u4(k - 1), "APPEND", "POP"]
+    return _asm(*parts, "LONG_BINGET", _u4(n), "STOP")
+
+
+def _dicts_filled_after_they_are_set(n):
+    # D0 = {}; each D_k set in D_k-1 while empty, then filled itself: D0 nests n deep.
+    parts = ["PROTO", b"\x04", "EMPTY_DICT", "MEMOIZE"]
+    for k in range(1, n + 1):
+        parts += ["LONG_BINGET", _u4(k - 1), "BININT1", b"\x00", "EMPTY_DICT", "MEMOIZE",
+                  "SETITEM", "POP"]
+    return _asm(*parts, "STOP")
+
+
+def _tuples_of_lists_filled_later(n):
+    # T_k = (L_k,) built while L_k is empty, then L_k = [T_k-1]: T_n nests 2n + 1 deep.
+    parts = ["PROTO", b"\x04"]
+    for k in range(n + 1):
+        parts += ["EMPTY_LIST", "MEMOIZE", "TUPLE1", "MEMOIZE", "POP"]  # memo 2k: L_k, 2k+1: T_k
+        if k:
+            parts += ["LONG_BINGET", _u4(2 * k), "LONG_BINGET", _u4(2 * k - 1), "APPEND", "POP"]
+    return _asm(*parts, "LONG_BINGET", _u4(2 * n + 1), "STOP")
+
+
+def _a_set_filled_after_it_is_appended(n):
+    # [S], then S gets a tuple nested n - 2 deep: n deep (a set holds only what hashes).
+    parts = ["PROTO", b"\x04", "EMPTY_LIST", "EMPTY_SET", "MEMOIZE", "APPEND",
+             "BINGET", b"\x00", "MARK", "NONE", *["TUPLE1"] * (n - 2), "ADDITEMS", "POP"]
+    return _asm(*parts, "STOP")
+
+
+def _depth_of_value(value):
+    """How deep `value` nests (math.inf when it holds itself), read off the value; a walk of
+    its own, not a recursion, for values deeper than Python recurses."""
+    def items(v):
+        if isinstance(v, dict):
+            return [*v.keys(), *v.values()]
+        return list(v) if isinstance(v, (list, tuple, set, frozenset)) else []
+
+    depth, on_path, todo = {}, set(), [(value, False)]
+    while todo:
+        v, children_done = todo.pop()
+        if children_done:
+            on_path.discard(id(v))
+            depth[id(v)] = max((depth[id(i)] + 1 for i in items(v)), default=0)
+        elif id(v) in on_path:
+            return math.inf  # reached again below itself
+        elif id(v) not in depth:
+            on_path.add(id(v))
+            todo.append((v, True))
+            todo += [(i, False) for i in items(v)]
+    return depth[id(value)]
+
+
+FILLED_LATER = [_lists_memoized_empty, _dicts_filled_after_they_are_set,
+                _tuples_of_lists_filled_later, _a_set_filled_after_it_is_appended]
+
+
+@pytest.mark.parametrize("build", FILLED_LATER)
+def test_a_container_filled_after_another_took_it_is_counted_at_its_depth(build):
+    # The unpickler builds the value; its depth is what the scan must report, not the depth the
+    # container had when it was memoized or put in another.
+    data = build(20)
+    depth = _depth_of_value(pickle.loads(data))
+    assert depth >= 20
+    assert _nesting_by_genops(data) == depth
+    assert nesting(data) == depth
+
+
+def _holds_itself_through_a_dup():
+    # l = [(l,)]: DUP pushes the list twice, a tuple takes one, the other is filled with it.
+    return _asm("PROTO", b"\x02", "EMPTY_LIST", "DUP", "TUPLE1", "APPEND", "STOP")
+
+
+def _a_list_in_itself():
+    v = []
+    v.append(v)
+    return pickle.dumps(v, protocol=4)
+
+
+def _a_dict_in_itself():
+    v = {}
+    v["self"] = [v]
+    return pickle.dumps(v, protocol=4)
+
+
+@pytest.mark.parametrize("make", [*(lambda build=build: build(200) for build in FILLED_LATER[:3]),
+                                  lambda: _a_set_filled_after_it_is_appended(65),
+                                  _holds_itself_through_a_dup, _a_list_in_itself,
+                                  _a_dict_in_itself],
+                         ids=[*(b.__name__ for b in FILLED_LATER[:3]), "a set one past the limit",
+                              "through a dup", "a list in itself", "a dict in itself"])
+def test_a_pickle_nesting_deeper_through_containers_filled_later_is_refused(tmp_path, make):
+    # A value that holds itself nests without end. The unpickler builds each of these from a
+    # few bytes a level; the set nests MAX_NESTING + 1.
+    from asyncmr._pickle_files import MAX_NESTING
+
+    data = make()
+    assert _depth_of_value(pickle.loads(data)) > MAX_NESTING
+    path = tmp_path / "deep.pickle"
+    path.write_bytes(data)
+    with pytest.raises(ValueError, match=f"deep.pickle is not a history file: it nests values "
+                                         f"deeper than {MAX_NESTING} levels"):
+        hist.load(path)
+
+
+def test_a_value_nested_to_the_limit_and_shared_at_every_level_is_read(tmp_path):
+    # Each level holds the one below twice: pickle.dumps writes the second through the memo,
+    # after it is complete. The scan counts it once at its depth, no deeper.
+    from asyncmr._pickle_files import MAX_NESTING, read_plain_pickle
+
+    value = None
+    for _ in range(MAX_NESTING):
+        value = [value, value]
+    path = tmp_path / "shared.pickle"
+    path.write_bytes(pickle.dumps(value, protocol=4))
+    assert nesting(path.read_bytes()) == MAX_NESTING
+    back = read_plain_pickle(path, "a test file", "a test")[0]
+    for _ in range(MAX_NESTING):  # not ==: it would compare 2**64 paths
+        assert back[0] is back[1]
+        back = back[0]
+    assert back is None
 
 
 @pytest.mark.parametrize("save", [
