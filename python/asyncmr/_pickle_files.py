@@ -46,8 +46,9 @@ def _opcode_table() -> bytes:
     """What each pickle opcode takes and does to the stack, from pickletools' descriptions, as
     the rows _core._pickle_nesting reads (python/asyncmr/_pickle_scan.hpp): argument kind,
     what (0 plain, 1 fills a container it leaves on the stack, 2 memo put, 3 memoize, 4 memo
-    get, 5 stop), values popped below the mark (or all), pops to a mark, values pushed, pushes a
-    mark, how a memo index is written (0 none, 1 decimal text, 2 one byte, 3 four bytes)."""
+    get, 5 stop, 6 pushes an atom), values popped below the mark (or all), pops to a mark, values
+    pushed, pushes a mark, how a memo index is written (0 none, 1 decimal text, 2 one byte, 3
+    four bytes)."""
     arg_kinds = {pickletools.UP_TO_NEWLINE: -1, pickletools.TAKEN_FROM_ARGUMENT1: -2,
                  pickletools.TAKEN_FROM_ARGUMENT4: -3, pickletools.TAKEN_FROM_ARGUMENT4U: -4,
                  pickletools.TAKEN_FROM_ARGUMENT8U: -5}
@@ -55,6 +56,9 @@ def _opcode_table() -> bytes:
     what = {"PUT": 2, "BINPUT": 2, "LONG_BINPUT": 2, "MEMOIZE": 3, "GET": 4, "BINGET": 4,
             "LONG_BINGET": 4, "STOP": 5}
     memo_arg = {"PUT": 1, "GET": 1, "BINPUT": 2, "BINGET": 2, "LONG_BINPUT": 3, "LONG_BINGET": 3}
+    # Values that hold nothing and take nothing in (a bytearray takes ints; a buffer is the
+    # caller's object): the scan need not follow them through the memo.
+    atoms = {"int", "int_or_bool", "bool", "float", "str", "bytes", "bytes_or_str", "None"}
     rows = bytearray([(-100) & 0xFF, 0, 0, 0, 0, 0, 0] * 256)
     for op in pickletools.opcodes:
         if op.arg is None:
@@ -66,10 +70,16 @@ def _opcode_table() -> bytes:
         before, after = op.stack_before, op.stack_after
         to_mark = pickletools.stackslice in before
         fixed = before.index(pickletools.markobject) if to_mark else len(before)
+        if op.name in what:
+            kind = what[op.name]
+        elif op.name in fills:
+            kind = 1
+        else:
+            kind = 6 if len(after) == 1 and after[0].name in atoms else 0
         code = ord(op.code)
         rows[7 * code:7 * code + 7] = bytes([
-            arg & 0xFF, what.get(op.name, 1 if op.name in fills else 0), fixed, int(to_mark),
-            len(after), int(pickletools.markobject in after), memo_arg.get(op.name, 0)])
+            arg & 0xFF, kind, fixed, int(to_mark), len(after),
+            int(pickletools.markobject in after), memo_arg.get(op.name, 0)])
     return bytes(rows)
 
 
@@ -80,9 +90,9 @@ def nesting(data: bytes) -> int:
     """How deep the pickle `data` nests its values (an atom or an empty container 0, a
     container one more than the deepest value in it), read off its opcodes without building any,
     at C speed, stopping once past MAX_NESTING. Raises ValueError for bytes that are not a
-    pickle. Exact for values complete when they are memoized (tuples and frozensets always are:
-    what CPython hashes recursively, unguarded); a list or dict filled after it was memoized can
-    be deeper than counted, which Python meets with a RecursionError, not a crash."""
+    pickle. Exact, also for a container filled after the memo or a DUP handed it to another (a
+    crafted file's way to nest deeper than its opcodes look); a value that holds itself nests
+    without end (past MAX_NESTING)."""
     from asyncmr._core import _pickle_nesting
 
     deepest = _pickle_nesting(data, _OPCODES, MAX_NESTING)

@@ -7,10 +7,12 @@
 // asyncmr.history, before its unpickler runs: CPython's C unpickler hashes a dict key, and
 // Python prints and compares values, recursively, and a tuple nested a million deep killed the
 // interpreter). What each opcode takes and does to the stack comes from Python's pickletools
-// (history.py builds the table); this walks the bytes at C speed, as pickletools.genops would.
+// (_pickle_files.py builds the table); this walks the bytes at C speed, as pickletools.genops
+// would.
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -39,6 +41,7 @@ enum pickle_what : std::uint8_t {
   op_memoize = 3,
   op_get   = 4,
   op_stop  = 5,
+  op_atom  = 6,  // pushes a value that holds nothing and takes nothing in (int, str, None, ...)
 };
 
 /// How a memo index is written in the argument.
@@ -46,16 +49,55 @@ enum pickle_memo_arg : std::uint8_t { memo_none = 0, memo_text = 1, memo_u1 = 2,
 
 /**
  * The deepest nesting of the values `data` builds (an atom or an empty container 0, a container
- * one more than the deepest value put in it), stopping once past `limit`; -1 when `data` is not
- * a pickle `table` (256 rows of `pickle_table_row` bytes) describes: an unknown opcode, an
- * argument past the end, a pop from an empty stack, no STOP.
+ * one more than the deepest value put in it, counted with everything put in it before STOP),
+ * stopping once past `limit`; the largest long long for a value that holds itself (it nests
+ * without end); -1 when `data` is not a pickle `table` (256 rows of `pickle_table_row` bytes)
+ * describes: an unknown opcode, an argument past the end, a pop from an empty stack, no STOP.
+ *
+ * Linear in `data`'s size, in time and memory: a container a memo GET or a DUP names again can
+ * be filled after another container took it (a list memoized empty, appended to a tuple, then
+ * filled through GET), deepening that other, so such values are followed by identity: each
+ * keeps its depth and the containers holding it, and when one deepens while held (rare: the
+ * pickler fills every container before naming it again, unless it holds itself) the depths are
+ * recomputed at STOP, children before parents, once over those links.
  */
 inline long long pickle_nesting(unsigned char const* data,
                                 std::size_t n,
                                 unsigned char const* table,
                                 long long limit)
 {
-  std::vector<long long> stack;  // depths; -1 is a mark
+  // Stack (and memo) entries: >= 0 the depth of a value nothing else names, -1 a mark, below
+  // -1 a value the memo or a DUP may name twice, `shared[-2 - entry]`. A value nothing else
+  // names cannot be reached once a container takes it, so its depth is final there.
+  struct shared_value {
+    long long depth;
+    std::size_t holders;  // the first of the links to the containers holding it, or `none`
+  };
+  struct holder_link {
+    std::size_t holder;
+    std::size_t next;  // the value's next link, or `none`
+  };
+  constexpr std::size_t none  = std::numeric_limits<std::size_t>::max();
+  constexpr long long unset   = std::numeric_limits<long long>::min();  // a memo slot not written
+  constexpr long long endless = std::numeric_limits<long long>::max();
+  std::vector<long long> stack;
+  std::vector<shared_value> shared;
+  std::vector<holder_link> links;
+  bool deepened_while_held = false;
+  // The top was pushed as an atom: memoized, it stays a plain 0 (the unpickler fills no int,
+  // str or None, and a history names its strings through the memo millions of times).
+  bool top_is_atom = false;
+  auto is_shared = [](long long entry) { return entry < -1; };
+  auto shared_of = [](long long entry) { return static_cast<std::size_t>(-2 - entry); };
+  auto depth_of  = [&](long long entry) {
+    return is_shared(entry) ? shared[shared_of(entry)].depth : entry;
+  };
+  auto share = [&](long long& entry) {  // `entry` may be named twice from now on
+    if (!is_shared(entry)) {
+      shared.push_back({entry < 0 ? 0 : entry, none});
+      entry = -2 - static_cast<long long>(shared.size() - 1);
+    }
+  };
   // The memo: indices below the input's size (every index a pickle of ours writes: MEMOIZE
   // counts up) in a vector, the rest in an ordered map. Not a hash table: a file could choose
   // indices that all land in one bucket and make the scan quadratic.
@@ -65,18 +107,45 @@ inline long long pickle_nesting(unsigned char const* data,
   auto memo_get = [&](std::uint64_t index) -> long long {
     if (index < memo_dense.size()) { return memo_dense[static_cast<std::size_t>(index)]; }
     auto const found = memo_sparse.find(index);
-    return found == memo_sparse.end() ? 0 : found->second;
+    return found == memo_sparse.end() ? unset : found->second;
   };
-  auto memo_put = [&](std::uint64_t index, long long depth) {
+  auto memo_put = [&](std::uint64_t index, long long entry) {
     if (index < n) {
       if (index >= memo_dense.size()) {
-        memo_dense.resize(static_cast<std::size_t>(index) + 1, -2);  // -2: not memoized
+        memo_dense.resize(static_cast<std::size_t>(index) + 1, unset);
       }
-      if (memo_dense[static_cast<std::size_t>(index)] == -2) { ++memo_count; }
-      memo_dense[static_cast<std::size_t>(index)] = depth;
-    } else if (memo_sparse.insert_or_assign(index, depth).second) {
+      if (memo_dense[static_cast<std::size_t>(index)] == unset) { ++memo_count; }
+      memo_dense[static_cast<std::size_t>(index)] = entry;
+    } else if (memo_sparse.insert_or_assign(index, entry).second) {
       ++memo_count;
     }
+  };
+  // Every shared value's depth once all it holds is counted: children before the containers
+  // holding them (Kahn's order over the links); a value never reached lies on a cycle.
+  auto settle = [&](long long deepest) -> long long {
+    std::vector<std::size_t> unsettled(shared.size(), 0);  // shared values each one holds
+    for (auto const& link : links) { ++unsettled[link.holder]; }
+    std::vector<std::size_t> ready;
+    for (std::size_t k = 0; k < shared.size(); ++k) {
+      if (unsettled[k] == 0) { ready.push_back(k); }
+    }
+    std::size_t settled = 0;
+    while (!ready.empty()) {
+      std::size_t const value = ready.back();
+      ready.pop_back();
+      ++settled;
+      long long const depth = shared[value].depth;
+      if (depth > deepest) {
+        deepest = depth;
+        if (deepest > limit) { return deepest; }
+      }
+      for (std::size_t l = shared[value].holders; l != none; l = links[l].next) {
+        shared_value& holder = shared[links[l].holder];
+        if (depth + 1 > holder.depth) { holder.depth = depth + 1; }
+        if (--unsettled[links[l].holder] == 0) { ready.push_back(links[l].holder); }
+      }
+    }
+    return settled == shared.size() ? deepest : endless;
   };
   long long deepest = 0;
   std::size_t i     = 0;
@@ -129,7 +198,7 @@ inline long long pickle_nesting(unsigned char const* data,
         end = i + static_cast<std::size_t>(arg);
     }
     i = end;
-    if (what == op_stop) { return deepest; }
+    if (what == op_stop) { return deepened_while_held ? settle(deepest) : deepest; }
     if (what == op_put || what == op_memoize || what == op_get) {
       std::uint64_t index = memo_count;
       if (what != op_memoize) {
@@ -146,47 +215,71 @@ inline long long pickle_nesting(unsigned char const* data,
         }
       }
       if (what == op_get) {
-        long long const depth = memo_get(index);
-        stack.push_back(depth < 0 ? 0 : depth);  // never memoized: the unpickler refuses it
+        long long const entry = memo_get(index);
+        stack.push_back(entry == unset ? 0 : entry);  // never memoized: the unpickler refuses it
+        top_is_atom = false;
+      } else if (top_is_atom || stack.empty() || stack.back() == -1) {
+        memo_put(index, 0);  // an atom, or nothing to memoize (the unpickler refuses that)
       } else {
-        memo_put(index, stack.empty() ? 0 : stack.back());
+        share(stack.back());
+        memo_put(index, stack.back());
       }
       continue;
     }
-    long long items = -1;  // the deepest value popped above the mark
+    top_is_atom = what == op_atom;
+    // The values popped: `fixed` below the mark at `mark` (or the top `fixed`), and all above it.
+    std::size_t mark = stack.size();
     if (to_mark) {
-      for (;;) {
-        if (stack.empty()) { return -1; }
-        long long const v = stack.back();
-        stack.pop_back();
-        if (v == -1) { break; }
-        if (v > items) { items = v; }
+      do {
+        if (mark == 0) { return -1; }
+      } while (stack[--mark] != -1);
+    }
+    if (mark < fixed) { return -1; }
+    std::size_t const base = mark - fixed;
+    bool const fills       = what == op_fills && fixed > 0;  // stack[base] is the container
+    long long items        = -1;  // the deepest value put in the container or the new value
+    bool holds_shared      = false;
+    for (std::size_t k = fills ? base + 1 : base; k < stack.size(); ++k) {
+      if (k == mark) { continue; }
+      if (depth_of(stack[k]) > items) { items = depth_of(stack[k]); }
+      holds_shared = holds_shared || is_shared(stack[k]);
+    }
+    if (pushed == 0 || pushes_mark) {  // POP, POP_MARK, MARK, ...: nothing built
+      stack.resize(base);
+      if (pushes_mark) { stack.push_back(-1); }
+      continue;
+    }
+    long long depth  = items + 1;
+    long long result = depth;  // what is pushed: the depth, unless the value is shared
+    if (fills) {
+      long long& container = stack[base];
+      if (depth_of(container) > depth) { depth = depth_of(container); }
+      // DUP names the container twice; a container holding a shared value deepens with it.
+      if (holds_shared || pushed > 1) { share(container); }
+      result = is_shared(container) ? container : depth;
+    } else if (holds_shared) {
+      shared.push_back({depth, none});
+      result = -2 - static_cast<long long>(shared.size() - 1);
+    }
+    if (is_shared(result)) {
+      std::size_t const holder = shared_of(result);
+      // Linked before the depth changes: a container that holds itself is then held, deepening.
+      for (std::size_t k = fills ? base + 1 : base; k < stack.size(); ++k) {
+        if (k == mark || !is_shared(stack[k])) { continue; }
+        shared_value& value = shared[shared_of(stack[k])];
+        links.push_back({holder, value.holders});
+        value.holders = links.size() - 1;
+      }
+      if (depth > shared[holder].depth) {
+        deepened_while_held = deepened_while_held || shared[holder].holders != none;
+        shared[holder].depth = depth;
       }
     }
-    if (stack.size() < fixed) { return -1; }
-    long long depth = 0;
-    if (what == op_fills && fixed > 0) {
-      // The container (the lowest value popped) keeps its depth; what goes in is one deeper.
-      long long const container = stack[stack.size() - fixed];
-      for (std::size_t k = stack.size() - fixed + 1; k < stack.size(); ++k) {
-        if (stack[k] > items) { items = stack[k]; }
-      }
-      depth = container > items + 1 ? container : items + 1;
-    } else {
-      for (std::size_t k = stack.size() - fixed; k < stack.size(); ++k) {
-        if (stack[k] > items) { items = stack[k]; }
-      }
-      depth = items + 1;
-    }
-    stack.resize(stack.size() - fixed);
-    if (pushes_mark) {
-      stack.push_back(-1);
-    } else if (pushed != 0) {
-      for (std::size_t k = 0; k < pushed; ++k) { stack.push_back(depth); }
-      if (depth > deepest) {
-        deepest = depth;
-        if (deepest > limit) { return deepest; }
-      }
+    stack.resize(base);
+    for (std::size_t k = 0; k < pushed; ++k) { stack.push_back(result); }
+    if (depth > deepest) {
+      deepest = depth;
+      if (deepest > limit) { return deepest; }
     }
   }
   return -1;  // no STOP
