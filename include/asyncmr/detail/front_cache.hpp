@@ -58,7 +58,9 @@
  * ## Stream keys (what the owner must get right)
  * Keys come from `cudaStreamGetId`: unique for the life of the process, and the special
  * handles (`cudaStreamPerThread`, the legacy stream) resolve to the calling thread's / device's
- * stream, so a new stream never sees an old stream's blocks.
+ * stream, so a new stream never sees an old stream's blocks. The legacy stream of the owner's own
+ * context is keyed once, when the owner is made: while a blocking stream captures, the driver
+ * answers no question about the legacy stream, and a hit or put there needs none.
  *
  * ## Markers
  * A stream may be destroyed the moment a free on it returns, so its order must be captured
