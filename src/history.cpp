@@ -10,12 +10,17 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <thread>
 
 #if defined(__x86_64__)
 #include <x86intrin.h>
+#endif
+#if defined(__linux__)
+#include <sys/mman.h>
 #endif
 
 namespace asyncmr::detail {
@@ -194,8 +199,8 @@ history_cursor& history_cursor::add(history_ring& ring) noexcept
   static_cast<void>(&reaper);  // this thread's places are let go when it ends
   history_cursor* const table = history_this_thread.cursors;
   // Places in rings whose recording stopped go now: this thread is taking a place elsewhere, so
-  // it is inside no call that still writes there, and such a place alone may keep a large ring
-  // alive for as long as the thread lives.
+  // it is inside no call that still writes there. (Such a place keeps only the ring's object and
+  // address range, its memory going with its handle, but a thread's table is for live rings.)
   std::size_t kept = 0;
   for (std::size_t i = 0; i < table_size; ++i) {
     if (table[i].ring != nullptr && table[i].ring->stopped_.load(std::memory_order_relaxed)) {
@@ -239,12 +244,44 @@ history_ring::history_ring(std::size_t capacity) : capacity_{capacity}
   // At least 64 chunks: a chunk each for many threads at once, with most of the ring cycling.
   chunk_  = capacity < 1024 ? 1 : std::min(max_chunk, capacity / 64);
   chunks_ = (capacity + chunk_ - 1) / chunk_;
-  slots_  = std::make_unique<slot[]>(chunks_ * chunk_);
-  states_ = std::make_unique<chunk_state[]>(chunks_);
+  std::size_t const slots = chunks_ * chunk_;
+  storage_bytes_          = slots * sizeof(slot) + chunks_ * sizeof(chunk_state);
+#if defined(__linux__)
+  // A mapping of its own, not the heap's: discard_storage gives its pages back while threads'
+  // places still name addresses in it, and no other object may be in those pages.
+  storage_ = mmap(nullptr, storage_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                  -1, 0);
+  if (storage_ == MAP_FAILED) { throw std::bad_alloc{}; }
+#else
+  storage_ = ::operator new(storage_bytes_, std::align_val_t{alignof(slot)});
+#endif
+  // Made in zeroed memory, all zeros themselves: the state discard_storage leaves them in.
+  slots_  = static_cast<slot*>(storage_);
+  states_ = reinterpret_cast<chunk_state*>(slots_ + slots);
+  std::uninitialized_value_construct_n(slots_, slots);
+  std::uninitialized_value_construct_n(states_, chunks_);
   live_rings.fetch_add(1, std::memory_order_relaxed);
 }
 
-history_ring::~history_ring() { live_rings.fetch_sub(1, std::memory_order_relaxed); }
+history_ring::~history_ring()
+{
+  // slot and chunk_state hold only atomics of integers: nothing to destroy but the mapping.
+#if defined(__linux__)
+  munmap(storage_, storage_bytes_);
+#else
+  ::operator delete(storage_, std::align_val_t{alignof(slot)});
+#endif
+  live_rings.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void history_ring::discard_storage() noexcept
+{
+#if defined(__linux__)
+  // 4 KiB pages from now on, so a late writer's stores bring back a page, not 2 MiB of one.
+  static_cast<void>(madvise(storage_, storage_bytes_, MADV_NOHUGEPAGE));
+  static_cast<void>(madvise(storage_, storage_bytes_, MADV_DONTNEED));
+#endif
+}
 
 history_ring::handle history_ring::make(std::size_t capacity)
 {
@@ -253,7 +290,15 @@ history_ring::handle history_ring::make(std::size_t capacity)
 
 std::size_t history_ring::live() noexcept { return live_rings.load(std::memory_order_relaxed); }
 
-void history_ring::release::operator()(history_ring* ring) const noexcept { drop(ring); }
+void history_ring::release::operator()(history_ring* ring) const noexcept
+{
+  // Nobody reads the ring after its handle, and a recording's ring is stopped before its handle
+  // is given out, so only late writers with a place are left: their stores may land in zeroed
+  // pages, unread. Given back while this count holds the mapping (the last place may go at any
+  // moment after the count does); not when the count is the last, as the ring goes whole then.
+  if (ring->refs_.load(std::memory_order_acquire) != 1) { ring->discard_storage(); }
+  drop(ring);
+}
 
 void history_ring::drop(history_ring* ring) noexcept
 {
@@ -349,7 +394,7 @@ void history_ring::let_go(history_cursor& c) noexcept
   state.resume_left.store(c.left, std::memory_order_relaxed);
   state.held.store(false, std::memory_order_release);
   if (c.left != 0) {  // offered to the next claim (a full chunk has nothing to go on from)
-    partial_.store(static_cast<std::size_t>(&state - states_.get()) + 1,
+    partial_.store(static_cast<std::size_t>(&state - states_) + 1,
                    std::memory_order_release);
   }
   c.next_slot = nullptr;

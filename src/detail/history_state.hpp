@@ -4,8 +4,9 @@
 #pragma once
 
 // Private to src/: a resource's recording (pool_resource_base::start_history), shared by its
-// copies. Its rings come and go through a history_owner: a stopped ring is freed once no thread
-// can write into it any more (detail/history.hpp).
+// copies. Its rings come and go through a history_owner: a stopped ring's memory goes back with
+// its handle, and the ring is freed once no thread can write into it any more
+// (detail/history.hpp).
 
 #include <asyncmr/detail/history.hpp>
 

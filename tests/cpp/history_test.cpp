@@ -387,8 +387,9 @@ TEST(HistoryRing, AClaimHeldUpWhileOthersGoRoundTheRingCountsEachEventOnce)
 }
 
 // A long-lived thread (a worker of a pool) that recorded into a recording since stopped keeps its
-// place there, and with it the whole ring (4 GiB at the largest size), until it ends. When it
-// takes a place in a new ring, its places in stopped ones go (found by a review helper).
+// place there, and with it the ring's object and address range (its memory goes with its handle:
+// the test below), until it ends. When it takes a place in a new ring, its places in stopped ones
+// go (found by a review helper).
 TEST(HistoryRing, AThreadJoiningANewRecordingLetsItsPlacesInStoppedOnesGo)
 {
   history_owner owner;

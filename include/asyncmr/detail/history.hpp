@@ -37,6 +37,15 @@
  * is first asked of the owner, which may have stopped it (its last count may then be gone, and
  * the ring is not touched). A stopped recording's ring is freed once no thread can write into
  * it, and the write path has no locked instruction for it.
+ *
+ * A thread that keeps a place and never records again (a worker parked between tasks) would keep
+ * its ring until it ends, and no other thread can take the place from it: it may be about to
+ * write there (it read the ring before its driver call), and the write path has no room for the
+ * fence that would tell. So a place keeps only the ring's address range: the slots and chunk
+ * states are one mapping of their own, whose pages go back to the system when the handle goes
+ * (history_ring::release). Nobody can read the ring after that, and a late writer's stores land
+ * in fresh zeroed pages (their starting state) of a mapping that stays until the last place goes:
+ * a page or two, lost unread, never memory of anything else.
  */
 
 #include <array>
@@ -139,16 +148,17 @@ class history_ring {
   static constexpr std::size_t max_capacity = std::size_t{1} << 26;  ///< 64 Mi events
   static constexpr std::size_t max_chunk    = 16;  ///< slots a chunk holds, at most
 
-  /// @brief Lets the maker's count of a ring go: the ring is freed once no thread's place counts
-  /// it either.
+  /// @brief Lets the maker's count of a ring go: its events' memory goes back to the system now
+  /// (no reader is left; a thread's place keeps the address range alone), and the ring is freed
+  /// once no thread's place counts it either.
   struct release {
     void operator()(history_ring* ring) const noexcept;
   };
   /// @brief The maker's count of a ring (make): reading its events needs one.
   using handle = std::unique_ptr<history_ring, release>;
 
-  /// @brief A ring of `capacity` events (and up to max_chunk - 1 slots more), allocated now and
-  /// freed when its handle and every thread's place in it are gone.
+  /// @brief A ring of `capacity` events (and up to max_chunk - 1 slots more), allocated now; its
+  /// memory goes back when its handle goes, the ring when every thread's place in it is gone too.
   /// @throws std::invalid_argument when `capacity` is 0 or above `max_capacity`; std::bad_alloc
   [[nodiscard]] static handle make(std::size_t capacity);
   history_ring(history_ring const&)            = delete;
@@ -175,7 +185,8 @@ class history_ring {
   [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
   /// @brief Slots a chunk holds: 1 under 1024 events, then up to max_chunk.
   [[nodiscard]] std::size_t chunk_events() const noexcept { return chunk_; }
-  /// @brief Rings made and not freed yet, in the process.
+  /// @brief Rings made and not freed yet, in the process (one whose handle went may count on
+  /// with no memory of its events, while a thread's place names it).
   [[nodiscard]] static std::size_t live() noexcept;
 
  private:
@@ -215,6 +226,9 @@ class history_ring {
   // into this ring.
   bool join(history_owner const* owner) noexcept;
   static void drop(history_ring* ring) noexcept;  // lets a count go; frees on the last
+  // Gives the pages of the slots and chunk states back, leaving the range mapped and reading as
+  // zeros: what they held when made. Called as the handle goes, while it still counts.
+  void discard_storage() noexcept;
   // The whole events (copied into `out`, sorted, when it is given; `offered`: recorded() read
   // by the caller, the room to reserve) and how many of them count (at most capacity_).
   std::size_t whole_events(std::vector<history_event>* out, std::uint64_t offered) const;
@@ -222,8 +236,12 @@ class history_ring {
   std::size_t capacity_;
   std::size_t chunk_;
   std::size_t chunks_;
-  std::unique_ptr<slot[]> slots_;
-  std::unique_ptr<chunk_state[]> states_;
+  // One mapping (storage_, storage_bytes_): the slots, then the chunk states. Its pages may be
+  // given back before the ring goes (discard_storage), so it is apart from anything else.
+  void* storage_             = nullptr;
+  std::size_t storage_bytes_ = 0;
+  slot* slots_               = nullptr;
+  chunk_state* states_       = nullptr;
   alignas(64) std::atomic<std::uint64_t> tickets_{0};
   std::atomic<std::uint64_t> refused_{0};  // events not written: no chunk was free
   // The chunk let go part-filled last (its index + 1; 0: none): the next claim goes on in it,
@@ -231,7 +249,8 @@ class history_ring {
   std::atomic<std::size_t> partial_{0};
   std::atomic<std::size_t> refs_{1};  // the handle's count and each thread's place's
   // Set when its owner stops recording into it: a thread taking a place in another ring lets
-  // its place here go (it records here no more, and the place alone keeps the ring alive).
+  // its place here go (it records here no more, and the place alone keeps the ring's object and
+  // address range).
   std::atomic<bool> stopped_{false};
 };
 
@@ -241,11 +260,12 @@ class history_ring {
  *
  * A writer reads active() and records into that ring later (a resource's allocation reads it
  * before its driver call), so a stopped ring may still be written by a thread that has a place in
- * it (that place keeps it alive), or be asked for one. A thread lets its places in stopped rings
- * go when it takes a place in another ring, and all of them when it ends. stop() waits for the threads taking a place
- * at that moment (a few atomic instructions; none waits on stop), so once it returns no thread
- * takes a new place in the stopped ring, and the ring is freed when its handle and the places
- * taken before are gone. start and stop are called one at a time (the resource's lock); active()
+ * it (that place keeps its address range mapped), or be asked for one. The ring's memory goes
+ * back when the handle stop() returns goes; a thread lets its places in stopped rings go when it
+ * takes a place in another ring, and all of them when it ends. stop() waits for the threads
+ * taking a place at that moment (a few atomic instructions; none waits on stop), so once it
+ * returns no thread takes a new place in the stopped ring, and the ring is freed when its handle
+ * and the places taken before are gone. start and stop are called one at a time (the resource's lock); active()
  * and record from any thread.
  */
 class history_owner {
