@@ -693,6 +693,29 @@ def test_a_free_on_a_blocking_stream_is_released_after_the_legacy_streams_work(g
     assert legacy.done, "release_cache returned while the legacy stream's use was still running"
 
 
+@pytest.mark.parametrize("action", ["release_cache", "trim_to"])
+def test_a_legacy_stream_free_of_a_block_a_blocking_stream_used_waits_for_that_use(gpu, action):
+    # CUDA orders a free on the legacy stream after the earlier work of every blocking stream
+    # (the legacy stream's implicit synchronization), so a block last used by a kernel on a
+    # blocking stream may be freed on the legacy stream without any wait. Cached, that free queues
+    # nothing on the legacy stream; its release must still come after the kernel. (A defect test
+    # from a review of 2026-12-05, written when no device time was left: expected to fail on this
+    # code, where the release is ordered after the legacy stream's own work only; not yet run.)
+    cupy = require_module("cupy")
+    spin_on(cupy, cupy.cuda.Stream.null, 1000)  # compiled and loaded before the timing matters
+    sync()
+    mr = make("device")
+    legacy = Stream(obj=cupy.cuda.Stream.null)
+    x = mr.allocate(64 * KiB, legacy)
+    sync()
+    user = cupy.cuda.Stream()  # blocking (CuPy's default)
+    spin_on(cupy, user)  # the block's last use, on a blocking stream
+    mr.deallocate(x, 64 * KiB, legacy)
+    assert mr.cache_info["blocks"] == 1
+    getattr(mr, action)(*(() if action == "release_cache" else (0,)))
+    assert user.done, f"{action} returned while the blocking stream's use was still running"
+
+
 # ---- 15. the legacy stream's blocks: no marker at the put, its order taken at the park -----------
 
 @pytest.mark.parametrize("kind", ["pinned", "device"])
