@@ -10,6 +10,7 @@
 
 #include "detail/placement.hpp"
 #include "detail/stream_cache.hpp"
+#include "detail/stream_queries.hpp"
 
 #include <asyncmr/detail/capture_mode.hpp>
 

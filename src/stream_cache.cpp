@@ -6,6 +6,7 @@
 // live caches per pool, and the background reclaimer of idle streams' blocks.
 
 #include "detail/stream_cache.hpp"
+#include "detail/stream_queries.hpp"
 
 #include "detail/device_sync.hpp"
 #include "detail/driver_api.hpp"
@@ -29,100 +30,6 @@
 #include <vector>
 
 namespace asyncmr::detail {
-namespace {
-
-// ---- what the cache asks the driver ---------------------------------------------------------
-
-// Asked of the driver directly: through the runtime a stream query costs ~47 ns on the H200
-// with driver 580 (cache_bench), twice the budget a hit pair has for both. The runtime's special
-// handles are the driver's (cudaStreamLegacy = CU_STREAM_LEGACY, cudaStreamPerThread =
-// CU_STREAM_PER_THREAD, 0 = the legacy stream in code not built for per-thread default
-// streams). The driver needs a current context for those; without one it refuses, and the
-// runtime answers (and makes the context current for the next time).
-struct driver_queries {
-  int (*is_capturing)(cudaStream_t, int*)                      = nullptr;  // cuStreamIsCapturing
-  int (*get_id)(cudaStream_t, unsigned long long*)             = nullptr;  // cuStreamGetId
-  int (*record)(cudaEvent_t, cudaStream_t)                     = nullptr;  // cuEventRecord
-};
-
-driver_queries const& queries() noexcept
-{
-  static driver_queries const q = [] {
-    driver_queries d;
-    auto find = [](char const* symbol, int version, auto& fn) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
-        driver_entry_point(symbol, version));
-    };
-    find("cuStreamIsCapturing", 10000, d.is_capturing);
-    find("cuStreamGetId", 12000, d.get_id);
-    find("cuEventRecord", 2000, d.record);
-    return d;
-  }();
-  return q;
-}
-
-// True when `stream` is capturing, or when that cannot be told (then the cache stays out).
-bool capturing(cudaStream_t stream) noexcept
-{
-  if (auto* const is_capturing = queries().is_capturing) {
-    int status = 0;  // CU_STREAM_CAPTURE_STATUS_NONE
-    if (is_capturing(stream, &status) == 0) { return status != 0; }
-  }
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  auto const e                   = cudaStreamIsCapturing(stream, &status);
-  clear_own_error(e);
-  return e != cudaSuccess || status != cudaStreamCaptureStatusNone;
-}
-
-// The stream's id, unique for the life of the process (special handles resolve to the calling
-// thread's or device's stream); false when neither the driver nor the runtime can say.
-bool key_of(cudaStream_t stream, stream_key& key) noexcept
-{
-  unsigned long long id = 0;
-  if (auto* const get_id = queries().get_id; get_id != nullptr && get_id(stream, &id) == 0) {
-    key = id;
-    return true;
-  }
-  auto const e = cudaStreamGetId(stream, &id);
-  clear_own_error(e);
-  key = id;
-  return e == cudaSuccess;
-}
-
-// The pool the driver says `ptr` was allocated from: a handle, nullptr when it names none
-// (cudaMalloc memory, host memory), or nothing when it cannot be asked.
-constexpr int pointer_attribute_mempool_handle = 17;  // CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE
-
-std::optional<cudaMemPool_t> pool_of(void* ptr) noexcept
-{
-  void* pool = nullptr;
-  if (pointer_attribute(&pool, pointer_attribute_mempool_handle, ptr) != 0) {
-    return std::nullopt;
-  }
-  return static_cast<cudaMemPool_t>(pool);
-}
-
-}  // namespace
-
-bool stream_capturing(cudaStream_t stream) noexcept { return capturing(stream); }
-
-namespace {
-
-// Whether the cache must ask if `stream` is capturing. The legacy default stream never is: a
-// capture cannot begin there. So its hits and puts skip the question (one driver call each, ~26 ns
-// on the H200: cache_bench "calls"), and more than time: while a blocking stream of the device
-// captures, the driver answers the question for the legacy stream with
-// CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (cuStreamIsCapturing's documentation), which `capturing`
-// reads as "cannot be told" and answers by going to the pool on the legacy stream, a call the
-// capture cannot survive; a hit or a put makes no call on the stream at all. Handle 0 is the
-// legacy stream here: this library is not built for per-thread default streams, and the driver
-// reads 0 the same way.
-bool may_capture(cudaStream_t stream) noexcept
-{
-  return stream != nullptr && stream != cudaStreamLegacy;
-}
-
-}  // namespace
 
 namespace {
 
@@ -148,16 +55,6 @@ cudaEvent_t make_marker(cudaStream_t stream) noexcept
   auto const status = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
   clear_own_error(status);
   return status == cudaSuccess ? event : nullptr;
-}
-
-// cudaEventRecord, asked of the driver first (as the stream queries above, for the same reason:
-// this is on every free into the cache).
-cudaError_t record_event(cudaEvent_t event, cudaStream_t stream) noexcept
-{
-  if (auto* const record = queries().record; record != nullptr && record(event, stream) == 0) {
-    return cudaSuccess;
-  }
-  return cudaEventRecord(event, stream);
 }
 
 bool mark_stream(void*, void*& marker, void* stream) noexcept
@@ -406,7 +303,7 @@ cache_streams::cache_streams(std::optional<int> device)
   }
   // The witness follows the legacy stream of this context only: a put on another device's
   // legacy stream has another key, and keeps its marker.
-  if (stream_key key{}; key_of(cudaStreamLegacy, key)) {
+  if (stream_key key{}; stream_key_of(cudaStreamLegacy, key)) {
     legacy        = key;
     this->context = current_context();
   }
@@ -499,17 +396,17 @@ bool stream_cache::key_for(cudaStream_t stream, stream_key& key) const noexcept
   // (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: seen on an H100, driver 580, 2026-12-05), and a hit
   // or a put on it then needs no driver call at all. The context is the cache's as long as the
   // cache lives: its release and witness streams are in it.
-  if (!may_capture(stream) && streams_.legacy && streams_.context != nullptr &&
+  if (!stream_may_capture(stream) && streams_.legacy && streams_.context != nullptr &&
       current_context() == streams_.context) {
     key = *streams_.legacy;
     return true;
   }
-  return key_of(stream, key);
+  return stream_key_of(stream, key);
 }
 
 void* stream_cache::allocate(cudaStream_t stream, std::size_t bytes, bool* hit)
 {
-  if (may_capture(stream) && capturing(stream)) {
+  if (stream_may_capture(stream) && stream_capturing(stream)) {
     // A graph allocation node: the graph owns the block (its address comes back at every
     // launch). Noted as the graph's, never recorded as the cache's: it never enters the cache,
     // and its frees go to the driver without the foreign-pointer question. The note needs no
@@ -573,7 +470,7 @@ free_result stream_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t
   // first all the same: a block it holds as cached (a second free) or at another class is
   // refused there as here, before the driver is asked anything.
   stream_key key{};
-  bool const into_cache = !(may_capture(stream) && capturing(stream)) && key_for(stream, key);
+  bool const into_cache = !(stream_may_capture(stream) && stream_capturing(stream)) && key_for(stream, key);
   put_result const put =
     into_cache ? cache_.put(key, ptr, bytes, stream) : cache_.unrecord(ptr, bytes);
   // A block the record let go of is the pool's only once the driver takes its free.
@@ -603,7 +500,7 @@ free_result stream_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t
   // Not a block the cache handed out (an uncacheable size, a block of an uncached sibling, one the
   // record had no room for): the pool's, unless the driver names another pool. Memory that no
   // pool handed out names none, and the driver judges its free.
-  if (auto const owner = pool_of(ptr); owner && *owner != nullptr && *owner != pool_.handle_or_null()) {
+  if (auto const owner = pool_of_pointer(ptr); owner && *owner != nullptr && *owner != pool_.handle_or_null()) {
     return {free_status::not_this_resource, cudaSuccess, 0};
   }
   return free_to_pool(ptr, stream);

@@ -115,9 +115,6 @@ std::size_t release_caches_of(cudaMemPool_t pool, stream_cache const* except) no
                                                 std::size_t bytes,
                                                 cudaStream_t stream);
 
-/// True when `stream` is capturing, or when that cannot be told (asked of the driver directly).
-[[nodiscard]] bool stream_capturing(cudaStream_t stream) noexcept;
-
 /// `cudaFreeAsync(ptr, stream)` as a `free_result` (a refusal is `driver_refused`).
 [[nodiscard]] free_result free_to_pool(void* ptr, cudaStream_t stream) noexcept;
 

@@ -1,0 +1,47 @@
+/*
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#pragma once
+
+// What the front cache asks the driver about a stream or a pointer, on its hit path: each asked
+// of the driver's entry points directly (through the runtime a stream query cost ~47 ns on the
+// H200 with driver 580, cache_bench), the runtime answering where the driver cannot.
+
+#include <asyncmr/detail/front_cache.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <optional>
+
+namespace asyncmr::detail {
+
+/// True when `stream` is capturing, or when that cannot be told (then the cache stays out).
+[[nodiscard]] bool stream_capturing(cudaStream_t stream) noexcept;
+
+/**
+ * Whether `stream` may be capturing at all. The legacy default stream never is: a capture cannot
+ * begin there. Its hits and puts so skip the question (one driver call each, ~26 ns on the H200:
+ * cache_bench "calls"), and more than time: while a blocking stream of the device captures, the
+ * driver answers that question about the legacy stream with CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+ * (cuStreamIsCapturing's documentation), which `stream_capturing` reads as "cannot be told", and
+ * the cache then went to the pool on the legacy stream, a call the capture cannot survive. Handle
+ * 0 is the legacy stream here: this library is not built for per-thread default streams, and the
+ * driver reads 0 the same way.
+ */
+[[nodiscard]] inline bool stream_may_capture(cudaStream_t stream) noexcept
+{
+  return stream != nullptr && stream != cudaStreamLegacy;
+}
+
+/// The stream's id, unique for the life of the process (special handles resolve to the calling
+/// thread's or current context's stream); false when neither the driver nor the runtime can say.
+[[nodiscard]] bool stream_key_of(cudaStream_t stream, stream_key& key) noexcept;
+
+/// The pool the driver says `ptr` was allocated from: a handle, nullptr when it names none
+/// (cudaMalloc memory, host memory), or nothing when it cannot be asked.
+[[nodiscard]] std::optional<cudaMemPool_t> pool_of_pointer(void* ptr) noexcept;
+
+/// cudaEventRecord, asked of the driver first (it is on every free into the cache).
+[[nodiscard]] cudaError_t record_event(cudaEvent_t event, cudaStream_t stream) noexcept;
+
+}  // namespace asyncmr::detail
