@@ -224,10 +224,17 @@ def _check_order(order, allowed: str) -> str:
 
 
 def _layout(shape, dtype) -> tuple[tuple[int, ...], np.dtype, int]:
-    """NumPy's expansion of a subarray dtype into the shape, and the size in bytes."""
+    """NumPy's expansion of a subarray dtype into the shape, and the size in bytes; a shape
+    NumPy cannot make an array of is refused here, before anything is allocated."""
     if dtype.subdtype is not None:
         base, sub = dtype.subdtype
         shape, dtype = shape + sub, base
+    if len(shape) > 32:  # NumPy's limit: 64 dimensions (32 before NumPy 2); under 33, any holds
+        try:
+            np.empty((0,) * len(shape), dtype)  # nothing allocated: NumPy's own limit, asked
+        except ValueError:
+            raise ValueError(f"shape {shape} has {len(shape)} dimensions, more than a NumPy "
+                             "array can have") from None
     count = 1
     for d in shape:
         count *= d
