@@ -716,6 +716,12 @@ def test_one_and_many_files_each_point_to_their_reader(tmp_path):
     ({"phases": [{"name": "a", "end_ns": 4}]}, ValueError,
      r"header\['phases'\]\[0\] has no 'start_ns'"),
     ({"worker": 7}, TypeError, r"header\['worker'\] must be a str"),
+    ({"phases": [{"name": "a", "start_ns": 1, "end_ns": 2, "used_high": 10**400}]}, ValueError,
+     r"header\['phases'\]\[0\]\['used_high'\] must be <= 18446744073709551615"),
+    ({"phases": [{"name": "a", "start_ns": 1, "end_ns": 2, "reserved_high": -1}]}, ValueError,
+     r"header\['phases'\]\[0\]\['reserved_high'\] must be >= 0"),
+    ({"phases": [{"name": "a", "start_ns": 1, "end_ns": 2, "used_high": 1.5}]}, TypeError,
+     r"header\['phases'\]\[0\]\['used_high'\] must be an int, got float"),
 ])
 def test_a_bad_header_is_refused_naming_the_field(change, exc, match):
     with pytest.raises(exc, match=match):
