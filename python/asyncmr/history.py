@@ -120,6 +120,9 @@ def _check_header(header: object) -> dict[str, Any]:
         if end is not None and _int(f"{where}['end_ns']", end) < start:
             raise ValueError(f"asyncmr: {where}['end_ns'] ({end}) is before its start_ns "
                              f"({start})")
+        for peak in ("used_high", "reserved_high"):  # a track_peak phase's peaks, in bytes
+            if peak in p:
+                _int(f"{where}['{peak}']", p[peak])
         phases.append(dict(p))
     out["phases"] = phases
     worker = _get("header", h, "worker")
