@@ -9,6 +9,8 @@ import math
 import pickle
 import pickletools
 
+import time
+
 import pytest
 
 from asyncmr import history as hist
@@ -842,6 +844,20 @@ def test_main_exits_2_naming_a_file_of_no_histories(tmp_path, capsys):
     hist.save_many(path, {})  # a cluster whose workers recorded nothing
     assert hist.main([str(path), "-o", str(tmp_path / "t.png")]) == 2
     assert capsys.readouterr().err == "asyncmr plot: no histories to plot\n"
+
+
+def test_main_exits_2_for_more_lanes_than_a_timeline_draws(tmp_path, capsys):
+    # Each lane is a subplot: their cost grows faster than the file (a 17.6 kB file of 300 empty
+    # histories took 116 s and drew an 84 100-pixel PNG), so a file of more is refused at once.
+    path, out = tmp_path / "many.pickle", tmp_path / "t.png"
+    hist.save_many(path, {f"w{i}": make_history() for i in range(65)})
+    started = time.monotonic()
+    assert hist.main([str(path), "-o", str(out)]) == 2
+    assert time.monotonic() - started < 5
+    assert capsys.readouterr().err == (
+        "asyncmr plot: 65 histories are more lanes than one timeline draws (64): plot a "
+        "selection of them with asyncmr.history.plot\n")
+    assert not out.exists()
 
 
 def test_main_exits_2_naming_a_file_that_is_not_a_history(tmp_path, capsys):
