@@ -316,6 +316,26 @@ def test_a_bad_max_events_is_refused_and_nothing_records(gpu, bad, error):
     assert len(h.history()) == 0
 
 
+def test_max_events_of_any_integer_type_is_checked_and_kept_as_an_int():
+    # NumPy integers pass the check (as every integer argument of asyncmr's does); what the
+    # recorder keeps, and its history's header says, is the int.
+    np = pytest.importorskip("numpy")
+    from asyncmr._recorder import check_arguments
+    got = check_arguments(np.int64(1024), "none")
+    assert got == 1024 and type(got) is int
+
+
+def test_a_numpy_max_events_records(gpu):
+    np = pytest.importorskip("numpy")
+    mr = AsyncDeviceMR(pool="new")
+    s = Stream()
+    with mr.record_history(max_events=np.int64(1024)) as h:
+        mr.deallocate(mr.allocate(MiB, s), MiB, s)
+    header = h.history().header
+    assert header["max_events"] == 1024 and type(header["max_events"]) is int
+    s.synchronize()
+
+
 def test_an_unknown_stacks_mode_is_refused(gpu):
     with pytest.raises(ValueError, match="stacks"):
         AsyncDeviceMR(pool="new").record_history(stacks="java")
