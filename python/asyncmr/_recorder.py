@@ -36,14 +36,16 @@ def _kind(mr: Any) -> str:
                     f"{type(mr).__name__}")
 
 
-def check_arguments(max_events: object, stacks: object) -> None:
-    """Refuses a bad ``max_events`` or ``stacks`` (before anything records)."""
-    max_events = _validate.as_integer(max_events, "asyncmr: max_events")
-    if not 1 <= max_events <= MAX_EVENTS:
+def check_arguments(max_events: object, stacks: object) -> int:
+    """Refuses a bad ``max_events`` or ``stacks`` (before anything records); returns
+    ``max_events`` as an int (a NumPy integer is accepted, and kept as the int it is)."""
+    events = int(_validate.as_integer(max_events, "asyncmr: max_events"))
+    if not 1 <= events <= MAX_EVENTS:
         raise ValueError(f"asyncmr: max_events must be between 1 and {MAX_EVENTS}, "
-                         f"got {max_events}")
+                         f"got {events}")
     if stacks not in STACK_MODES:
         raise ValueError(f"asyncmr: stacks must be one of {STACK_MODES}, got {stacks!r}")
+    return events
 
 
 class HistoryRecorder:
@@ -51,7 +53,7 @@ class HistoryRecorder:
     ``_PoolResource.record_history``. Usable once: a second ``with`` raises RuntimeError."""
 
     def __init__(self, mr: Any, max_events: int = 65536, stacks: str = "none") -> None:
-        check_arguments(max_events, stacks)
+        max_events = check_arguments(max_events, stacks)
         self._mr = mr
         self._kind = _kind(mr)
         self._max_events = max_events

@@ -510,7 +510,7 @@ class ClusterHistory:
     def __init__(self, client, name: str, workers, max_events: int, stacks: str):
         from asyncmr._recorder import check_arguments
 
-        check_arguments(max_events, stacks)
+        max_events = check_arguments(max_events, stacks)
         self._client, self._name, self._workers = client, name, workers
         self._max_events, self._stacks = max_events, stacks
         self._open: list[str] = []
