@@ -406,6 +406,23 @@ def test_demo_refuses_elements_that_are_not_a_positive_integer(value, capsys):
             in capsys.readouterr().err)
 
 
+@pytest.mark.parametrize("where", ["", "a-file"])
+def test_demo_refuses_a_history_dir_it_cannot_write_before_running(where, tmp_path, capsys):
+    # Checked before the demo looks for a GPU: found after the run it was a traceback
+    # (FileExistsError), and an empty name wrote into the working directory.
+    from asyncmr.__main__ import main
+
+    if where:
+        (tmp_path / where).write_text("not a directory")
+        where = str(tmp_path / where)
+    with pytest.raises(SystemExit) as exit:
+        main(["demo", "--history", where])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: argument --history: " in err
+    assert ("needs a directory name" if not where else "is not a directory") in err
+
+
 @pytest.mark.parametrize("twice, named, values", [
     (["--elements", "8", "--elements", "9"], "--elements", (8, 9)),
     (["--history", "a", "--history=b"], "--history", ("a", "b")),
