@@ -25,6 +25,15 @@ def _positive_int(text: str) -> int:
     return int(text)
 
 
+def _history_dir(text: str) -> str:
+    """A directory to write the demo's history into: one that exists, or a name to make."""
+    if not text:
+        raise argparse.ArgumentTypeError("needs a directory name")
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a directory")
+    return text
+
+
 def _read_scalar(cupy, array) -> float:
     """Copy a 0-d array to the host with cudaMemcpyDefault.
 
@@ -118,7 +127,12 @@ def _demo(args) -> int:
         if i == 0:
             print("  ".join("-" * w for w in widths))
     if recorded is not None:
-        _write_history(recorded, Path(args.history))
+        try:
+            _write_history(recorded, Path(args.history))
+        except OSError as e:  # the directory could not be made, or a file written
+            print(f"asyncmr demo: cannot write the history into {args.history}: "
+                  f"{e.strerror or e}", file=sys.stderr)
+            return 1
     return 1 if failed else 0
 
 
@@ -179,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run a small CuPy pipeline on each resource")
     demo.add_argument("--elements", type=_positive_int, default=1 << 22, action=OnceAction)
-    demo.add_argument("--history", metavar="DIR", default=None, action=OnceAction,
+    demo.add_argument("--history", metavar="DIR", type=_history_dir, default=None,
+                      action=OnceAction,
                       help="record the owned pool's run and write DIR/demo-history.pickle (a "
                            "PyTorch memory snapshot) and DIR/demo-timeline.png")
     sub.add_parser("bench", help="the benchmark, from a source checkout (GPU; "
