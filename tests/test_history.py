@@ -1078,3 +1078,125 @@ def test_plot_refuses_an_empty_output_name(tmp_path, capsys):
     History(_plain_header(stacks="none"), [_plain_event()]).save(path)
     assert hist.main([str(path), "-o", ""]) == 2
     assert "asyncmr plot: -o needs a file name" in capsys.readouterr().err
+
+
+# ---- files whose keys cost the unpickler without end to hash -------------------------------------
+
+def _shared_tuples_hashed_as(use, n):
+    # T0 = (), T_k = (T_k-1, T_k-1) through the memo: n + 1 levels (within the nesting limit for
+    # n = 60) but 2**n paths, and CPython caches no tuple's hash: hashing T_n, as the unpickler
+    # does for a dict key or a set item, takes 2**n steps inside the C unpickler.
+    parts = ["PROTO", b"\x04", {"a dict key": "EMPTY_DICT", "a set item": "EMPTY_SET"}.get(use, "")]
+    parts += ["EMPTY_TUPLE", "MEMOIZE", "POP"]
+    for k in range(n):
+        parts += ["LONG_BINGET", _u4(k), "LONG_BINGET", _u4(k), "TUPLE2", "MEMOIZE", "POP"]
+    parts += {"a dict key": ["LONG_BINGET", _u4(n), "BININT1", b"\x01", "SETITEM"],
+              "a set item": ["MARK", "LONG_BINGET", _u4(n), "ADDITEMS"],
+              "a frozenset item": ["MARK", "LONG_BINGET", _u4(n), "FROZENSET"]}[use]
+    return _asm(*[p for p in parts if p], "STOP")
+
+
+def _colliding_int_keys(n):
+    # {k * (2**61 - 1): 1 for k in 1..n}: CPython hashes an int modulo 2**61 - 1, so every key
+    # hashes to 0 and each insertion probes all the keys before it (16,000 keys, 223 kB: 1.9 s;
+    # the time grows with the square of the file's size).
+    parts = ["PROTO", b"\x04", "EMPTY_DICT", "MARK"]
+    for k in range(1, n + 1):
+        v = k * (2**61 - 1)
+        b = v.to_bytes(v.bit_length() // 8 + 1, "little", signed=True)
+        parts += ["LONG1", bytes([len(b)]), b, "BININT1", b"\x01"]
+    return _asm(*parts, "SETITEMS", "STOP")
+
+
+HASHED_CHILD = """
+import sys
+from asyncmr import history
+for reader in (history.load, history.load_many):
+    try:
+        reader(sys.argv[1])
+    except ValueError as e:
+        print("REFUSED", e, flush=True)
+"""
+
+
+def _run_bounded(args, seconds=20):
+    import subprocess
+    import sys
+
+    try:
+        return subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                              timeout=seconds)
+    except subprocess.TimeoutExpired:
+        pass  # failed below, outside the handler: the timeout is the whole story
+    pytest.fail(f"reading the file did not end within {seconds} s", pytrace=False)
+
+
+HASH_REFUSAL = ("is not a history file: it has a dict key or set item that is not a str, bytes, "
+                "bool, None or int of at most 4 bytes")
+
+
+@pytest.mark.parametrize("make", [
+    lambda: _shared_tuples_hashed_as("a dict key", 60),
+    lambda: _shared_tuples_hashed_as("a set item", 60),
+    lambda: _shared_tuples_hashed_as("a frozenset item", 60),
+    lambda: _colliding_int_keys(80_000),
+], ids=["dict key of 2**60 paths", "set item of 2**60 paths", "frozenset item of 2**60 paths",
+        "80,000 int keys of one hash"])
+def test_a_key_whose_hash_costs_more_than_its_bytes_is_refused_before_unpickling(tmp_path, make):
+    # The first, written with BINGET for LONG_BINGET, is 432 bytes: it hung load() and plot.
+    path = tmp_path / "hashed.pickle"
+    path.write_bytes(make())
+    run = _run_bounded(["-c", HASHED_CHILD, str(path)])
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    lines = run.stdout.splitlines()
+    assert len(lines) == 2 and all(line.startswith(f"REFUSED asyncmr: {path} {HASH_REFUSAL}")
+                                   for line in lines), run.stdout
+
+
+def test_plot_of_a_file_whose_key_hashes_without_end_exits_2(tmp_path):
+    path = tmp_path / "hashed.pickle"
+    path.write_bytes(_shared_tuples_hashed_as("a dict key", 60))
+    run = _run_bounded(["-m", "asyncmr", "plot", str(path), "-o", str(tmp_path / "t.png")])
+    assert run.returncode == 2, (run.returncode, run.stderr[-2000:])
+    assert f"asyncmr plot: {path} {HASH_REFUSAL}" in run.stderr
+
+
+def test_a_history_with_a_shared_value_in_a_key_it_keeps_loads_without_walking_it(tmp_path):
+    # Keys beyond a history's own are kept as they are, never hashed, compared, printed or walked
+    # by load, save or plot: a value of 2**60 paths there costs its bytes. A reader that walked
+    # it (a deep copy, ==, a recursive check) would not end, and this test would time out.
+    pytest.importorskip("matplotlib")
+    dag = ()
+    for _ in range(60):
+        dag = (dag, dag)
+    path = tmp_path / "shared.pickle"
+    History(_plain_header(note=dag, stacks="none"), [_plain_event(note=dag)]).save(path)
+    assert path.stat().st_size < 10_000
+    child = ("import sys\nfrom asyncmr import history\nh = history.load(sys.argv[1])\n"
+             "h.save(sys.argv[1] + '.again')\n"
+             "print(history.main([sys.argv[1] + '.again', '-o', sys.argv[1] + '.png']))\n")
+    run = _run_bounded(["-c", child, str(path)])
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    assert run.stdout.splitlines()[-1] == "0", run.stdout
+
+
+def test_the_committed_demo_recording_has_only_str_keys_and_no_sets():
+    # What the key rule relies on: asyncmr's files key every dict by a str and hold no set.
+    from pathlib import Path
+
+    data = (Path(__file__).resolve().parent.parent / "docs" / "images" /
+            "demo-history.pickle").read_bytes()
+    names = {op.name for op, _, _ in pickletools.genops(data)}
+    assert not names & {"EMPTY_SET", "ADDITEMS", "FROZENSET"}
+    todo, seen = [pickle.loads(data)], set()
+    while todo:
+        v = todo.pop()
+        if id(v) not in seen:
+            seen.add(id(v))
+            if isinstance(v, dict):
+                assert all(type(k) is str for k in v), list(v)
+                todo += v.values()
+            elif isinstance(v, (list, tuple)):
+                todo += v
+    assert hist.load(Path(__file__).resolve().parent.parent / "docs" / "images" /
+                     "demo-history.pickle").events
