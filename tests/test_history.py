@@ -14,7 +14,7 @@ import time
 import pytest
 
 from asyncmr import history as hist
-from asyncmr._pickle_files import nesting
+from asyncmr._pickle_files import _scan, nesting
 from asyncmr.history import History
 
 MiB = 1 << 20
@@ -481,6 +481,42 @@ def _nesting_by_genops(data):
     return max(map(depth_of, range(len(children))), default=0)
 
 
+def _first_hashed_by_genops(data):
+    """The reference for the scan's other answer: the offset of the first opcode that hashes (as
+    a dict key or set item) a value no str, bytes, None, bool or 4-byte int opcode pushed, or -1.
+    A memo GET or a DUP pushes what it names; a value True is such an atom."""
+    hashable = {"str", "bytes", "bytes_or_str", "None", "bool"}
+    every = {"SETITEM": 2, "SETITEMS": 2, "DICT": 2, "ADDITEMS": 1, "FROZENSET": 1}
+    mark, stack, memo = object(), [], {}
+    for op, arg, pos in pickletools.genops(data):
+        if op.name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
+            memo[arg if op.name != "MEMOIZE" else len(memo)] = bool(stack) and stack[-1] is True
+            continue
+        if op.name in ("GET", "BINGET", "LONG_BINGET"):
+            stack.append(memo.get(arg, False))
+            continue
+        items = []
+        if pickletools.stackslice in op.stack_before:
+            while stack[-1] is not mark:
+                items.insert(0, stack.pop())
+            stack.pop()
+            fixed = op.stack_before.index(pickletools.markobject)
+        else:
+            fixed = len(op.stack_before)
+        below = [stack.pop() for _ in range(fixed)][::-1]
+        if op.name in every:
+            filled = op.name in ("SETITEM", "SETITEMS", "ADDITEMS")  # below[0]: the container
+            values = (below[1:] if filled else below) + items
+            if any(v is not True for v in values[::every[op.name]]):
+                return pos
+        pushed = (op.name in ("BININT", "BININT1", "BININT2") or
+                  [a.name for a in op.stack_after] in ([h] for h in hashable))
+        for item in op.stack_after:
+            stack.append(mark if item is pickletools.markobject else
+                         below[0] if op.name == "DUP" else pushed)
+    return -1
+
+
 def _random_value(rng, depth):
     if depth == 0 or rng.random() < 0.3:
         return rng.choice([None, True, 7, -(2**70), 1.5, "s", "ü" * 300, b"b", b"x" * 300])
@@ -492,8 +528,9 @@ def _random_value(rng, depth):
     children = [_random_value(rng, depth - 1) for _ in range(n)]
     if children and rng.random() < 0.3:
         children.append(children[0])  # shared: read back through the memo
-    if kind == "dict":
-        return {f"k{i}": c for i, c in enumerate(children)}
+    if kind == "dict":  # keys the scan takes, and ones it does not (hashed past their bytes)
+        return {rng.choice([f"k{i}", i, -i, 2**40 + i, i + 0.5, (i,), ()]): c
+                for i, c in enumerate(children)}
     return tuple(children) if kind == "tuple" else children
 
 
@@ -505,6 +542,7 @@ def test_the_nesting_scan_agrees_with_pickletools(protocol):
     for _ in range(300):
         data = pickle.dumps(_random_value(rng, rng.randrange(0, 9)), protocol=protocol)
         assert nesting(data) == _nesting_by_genops(data), pickletools.dis(data)
+        assert _scan(data)[1] == _first_hashed_by_genops(data), pickletools.dis(data)
         with pytest.raises(ValueError):
             nesting(data[:-1])  # no STOP
     for bad in (b"", b"\xff", b"K", b"X\xff\xff\xff\x7f", b"e."):  # unknown op, short, no mark

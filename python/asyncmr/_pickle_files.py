@@ -2,7 +2,9 @@
 """The pickle files asyncmr.history writes and reads: written with the protocol PyTorch's memory
 viewer reads, read back as plain values only, after a check that they do not nest deeper than
 a history does (CPython's C unpickler hashes a dict key, and Python prints and compares values,
-recursively: a tuple nested a million deep killed the interpreter)."""
+recursively: a tuple nested a million deep killed the interpreter) and that every value the
+unpickler hashes is one whose hash costs its bytes (a tuple of shared tuples, 61 levels deep,
+hashes in 2**60 steps; ints chosen to share a hash make a dict quadratic)."""
 
 from __future__ import annotations
 
@@ -46,9 +48,10 @@ def _opcode_table() -> bytes:
     """What each pickle opcode takes and does to the stack, from pickletools' descriptions, as
     the rows _core._pickle_nesting reads (python/asyncmr/_pickle_scan.hpp): argument kind,
     what (0 plain, 1 fills a container it leaves on the stack, 2 memo put, 3 memoize, 4 memo
-    get, 5 stop, 6 pushes an atom), values popped below the mark (or all), pops to a mark, values
-    pushed, pushes a mark, how a memo index is written (0 none, 1 decimal text, 2 one byte, 3
-    four bytes)."""
+    get, 5 stop, 6 pushes an atom, 7 pushes an atom that may be hashed), values popped below the
+    mark (or all), pops to a mark, values pushed, pushes a mark, how a memo index is written (0
+    none, 1 decimal text, 2 one byte, 3 four bytes), which values put in it the unpickler hashes
+    (0 none, 1 every other one, the keys, 2 all)."""
     arg_kinds = {pickletools.UP_TO_NEWLINE: -1, pickletools.TAKEN_FROM_ARGUMENT1: -2,
                  pickletools.TAKEN_FROM_ARGUMENT4: -3, pickletools.TAKEN_FROM_ARGUMENT4U: -4,
                  pickletools.TAKEN_FROM_ARGUMENT8U: -5}
@@ -59,7 +62,12 @@ def _opcode_table() -> bytes:
     # Values that hold nothing and take nothing in (a bytearray takes ints; a buffer is the
     # caller's object): the scan need not follow them through the memo.
     atoms = {"int", "int_or_bool", "bool", "float", "str", "bytes", "bytes_or_str", "None"}
-    rows = bytearray([(-100) & 0xFF, 0, 0, 0, 0, 0, 0] * 256)
+    # Atoms whose hash costs their bytes and which a file cannot make share a hash: str and bytes
+    # hash with a key of the process's own; None, bools and 4-byte ints hash to themselves. A
+    # longer int or a float hashes modulo 2**61 - 1: a file can write thousands of one hash.
+    hashable = {"str", "bytes", "bytes_or_str", "None", "bool", "BININT", "BININT1", "BININT2"}
+    hashes = {"SETITEM": 1, "SETITEMS": 1, "DICT": 1, "ADDITEMS": 2, "FROZENSET": 2}
+    rows = bytearray([(-100) & 0xFF, 0, 0, 0, 0, 0, 0, 0] * 256)
     for op in pickletools.opcodes:
         if op.arg is None:
             arg = 0
@@ -74,16 +82,30 @@ def _opcode_table() -> bytes:
             kind = what[op.name]
         elif op.name in fills:
             kind = 1
+        elif len(after) == 1 and after[0].name in atoms:
+            kind = 7 if hashable & {op.name, after[0].name} else 6
         else:
-            kind = 6 if len(after) == 1 and after[0].name in atoms else 0
+            kind = 0
         code = ord(op.code)
-        rows[7 * code:7 * code + 7] = bytes([
+        rows[8 * code:8 * code + 8] = bytes([
             arg & 0xFF, kind, fixed, int(to_mark), len(after),
-            int(pickletools.markobject in after), memo_arg.get(op.name, 0)])
+            int(pickletools.markobject in after), memo_arg.get(op.name, 0),
+            hashes.get(op.name, 0)])
     return bytes(rows)
 
 
 _OPCODES = _opcode_table()
+
+
+def _scan(data: bytes) -> tuple[int, int]:
+    """nesting(data), and the offset of the first opcode that hashes a value other than a str,
+    bytes, a bool, None or an int of at most 4 bytes (a dict key, a set item), or -1."""
+    from asyncmr._core import _pickle_nesting
+
+    deepest, hashed_at = _pickle_nesting(data, _OPCODES, MAX_NESTING)
+    if deepest < 0:
+        raise ValueError("not a pickle")
+    return int(deepest), int(hashed_at)
 
 
 def nesting(data: bytes) -> int:
@@ -93,12 +115,7 @@ def nesting(data: bytes) -> int:
     pickle. Exact, also for a container filled after the memo or a DUP handed it to another (a
     crafted file's way to nest deeper than its opcodes look); a value that holds itself nests
     without end (past MAX_NESTING)."""
-    from asyncmr._core import _pickle_nesting
-
-    deepest = _pickle_nesting(data, _OPCODES, MAX_NESTING)
-    if deepest < 0:
-        raise ValueError("not a pickle")
-    return int(deepest)
+    return _scan(data)[0]
 
 
 def _unreadable(raw: bytes) -> str:
@@ -141,8 +158,9 @@ def write_pickle(path: object, data: dict[str, Any]) -> None:
 
 def read_plain_pickle(path: object, what: str, why: str) -> tuple[Any, int]:
     """The plain values pickled in the file at `path`, and the file's size; ValueError naming
-    the file when it is not `what` (a class named, nesting past MAX_NESTING, not a pickle, not
-    a regular file: `why` says what it should hold). OSError when it cannot be read."""
+    the file when it is not `what` (a class named, nesting past MAX_NESTING, a dict key or set
+    item whose hash could cost more than its bytes, not a pickle, not a regular file: `why` says
+    what it should hold). OSError when it cannot be read."""
     path = checked_path(path)
     name = os.fspath(path)
     # Non-blocking, so that a FIFO does not wait for a writer; read only a regular file (a FIFO
@@ -159,15 +177,21 @@ def read_plain_pickle(path: object, what: str, why: str) -> tuple[Any, int]:
     finally:
         os.close(fd)
     try:
-        deep = nesting(raw) > MAX_NESTING
+        deepest, hashed_at = _scan(raw)
     except ValueError:
         # Never unpickled unscanned (a file the scan cannot read went to the unpickler, which
         # read it, and crashed): pickletools says what is wrong, building nothing.
         raise ValueError(f"asyncmr: {name} is not {what}: it does not unpickle "
                          f"({_unreadable(raw)})") from None
-    if deep:
+    if deepest > MAX_NESTING:
         raise ValueError(f"asyncmr: {name} is not {what}: it nests values deeper than "
                          f"{MAX_NESTING} levels ({why})")
+    if hashed_at >= 0:
+        # The unpickler hashes a key as it reads it, in C, before any check here could run.
+        raise ValueError(f"asyncmr: {name} is not {what}: it has a dict key or set item that is "
+                         f"not a str, bytes, bool, None or int of at most 4 bytes (at byte "
+                         f"{hashed_at}: hashed as it is read, at a cost that can be far past the "
+                         f"file's size; {why})")
     try:
         return _PlainUnpickler(io.BytesIO(raw)).load(), len(raw)
     except _Refused as e:

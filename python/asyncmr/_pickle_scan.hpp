@@ -6,9 +6,11 @@
 // How deep a pickle nests its values, read off its opcodes without building any (for
 // asyncmr.history, before its unpickler runs: CPython's C unpickler hashes a dict key, and
 // Python prints and compares values, recursively, and a tuple nested a million deep killed the
-// interpreter). What each opcode takes and does to the stack comes from Python's pickletools
-// (_pickle_files.py builds the table); this walks the bytes at C speed, as pickletools.genops
-// would.
+// interpreter), and whether the unpickler would hash a value whose hash can cost more than its
+// bytes (a tuple of shared tuples 61 levels deep has 2**60 paths, and CPython caches no tuple's
+// hash; ints a file chooses can share one hash, which makes a dict quadratic). What each opcode
+// takes and does to the stack comes from Python's pickletools (_pickle_files.py builds the
+// table); this walks the bytes at C speed, as pickletools.genops would.
 
 #include <cstddef>
 #include <cstdint>
@@ -19,8 +21,9 @@
 namespace asyncmr_py {
 
 /// Bytes per opcode in the table: argument kind, what, values popped below the mark (or all),
-/// pops to a mark, values pushed, pushes a mark, how the memo index is written.
-inline constexpr std::size_t pickle_table_row = 7;
+/// pops to a mark, values pushed, pushes a mark, how the memo index is written, which values put
+/// in it the unpickler hashes.
+inline constexpr std::size_t pickle_table_row = 8;
 
 /// Argument kinds (`arg`, as a signed byte): >= 0 a fixed number of bytes, or one of these.
 enum pickle_arg : std::int8_t {
@@ -42,7 +45,11 @@ enum pickle_what : std::uint8_t {
   op_get   = 4,
   op_stop  = 5,
   op_atom  = 6,  // pushes a value that holds nothing and takes nothing in (int, str, None, ...)
+  op_hashable_atom = 7,  // an atom whose hash costs its bytes, from values a file cannot steer
 };
+
+/// Which values the opcode hashes, of those it puts in a dict or set (past the container).
+enum pickle_hashes : std::uint8_t { hashes_none = 0, hashes_keys = 1, hashes_all = 2 };
 
 /// How a memo index is written in the argument.
 enum pickle_memo_arg : std::uint8_t { memo_none = 0, memo_text = 1, memo_u1 = 2, memo_u4 = 3 };
@@ -53,6 +60,8 @@ enum pickle_memo_arg : std::uint8_t { memo_none = 0, memo_text = 1, memo_u1 = 2,
  * stopping once past `limit`; the largest long long for a value that holds itself (it nests
  * without end); -1 when `data` is not a pickle `table` (256 rows of `pickle_table_row` bytes)
  * describes: an unknown opcode, an argument past the end, a pop from an empty stack, no STOP.
+ * `*hashed_at` is set to the offset of the first opcode that hashes (as a dict key or set item)
+ * a value not pushed by an `op_hashable_atom` opcode, if any; the scan reads on regardless.
  *
  * Linear in `data`'s size, in time and memory: a container a memo GET or a DUP names again can
  * be filled after another container took it (a list memoized empty, appended to a tuple, then
@@ -64,11 +73,13 @@ enum pickle_memo_arg : std::uint8_t { memo_none = 0, memo_text = 1, memo_u1 = 2,
 inline long long pickle_nesting(unsigned char const* data,
                                 std::size_t n,
                                 unsigned char const* table,
-                                long long limit)
+                                long long limit,
+                                long long* hashed_at)
 {
-  // Stack (and memo) entries: >= 0 the depth of a value nothing else names, -1 a mark, below
-  // -1 a value the memo or a DUP may name twice, `shared[-2 - entry]`. A value nothing else
-  // names cannot be reached once a container takes it, so its depth is final there.
+  // Stack (and memo) entries: >= 0 the depth of a value nothing else names, -1 a mark, -2 a
+  // hashable atom (depth 0), below -2 a value the memo or a DUP may name twice,
+  // `shared[-3 - entry]`. A value nothing else names cannot be reached once a container takes
+  // it, so its depth is final there.
   struct shared_value {
     long long depth;
     std::size_t holders;  // the first of the links to the containers holding it, or `none`
@@ -84,19 +95,23 @@ inline long long pickle_nesting(unsigned char const* data,
   std::vector<shared_value> shared;
   std::vector<holder_link> links;
   bool deepened_while_held = false;
-  // The top was pushed as an atom: memoized, it stays a plain 0 (the unpickler fills no int,
-  // str or None, and a history names its strings through the memo millions of times).
+  // The top was pushed as an atom: memoized, it stays an atom, not a shared value (the
+  // unpickler fills no int, str or None, and a history names its strings, its dict keys,
+  // through the memo millions of times).
   bool top_is_atom = false;
-  auto is_shared = [](long long entry) { return entry < -1; };
-  auto shared_of = [](long long entry) { return static_cast<std::size_t>(-2 - entry); };
-  auto depth_of  = [&](long long entry) {
-    return is_shared(entry) ? shared[shared_of(entry)].depth : entry;
+  constexpr long long hashable = -2;
+  auto is_shared = [](long long entry) { return entry < hashable; };
+  auto shared_of = [](long long entry) { return static_cast<std::size_t>(-3 - entry); };
+  auto new_shared = [&](long long depth) {
+    shared.push_back({depth, none});
+    return -3 - static_cast<long long>(shared.size() - 1);
   };
-  auto share = [&](long long& entry) {  // `entry` may be named twice from now on
-    if (!is_shared(entry)) {
-      shared.push_back({entry < 0 ? 0 : entry, none});
-      entry = -2 - static_cast<long long>(shared.size() - 1);
-    }
+  auto depth_of = [&](long long entry) {
+    return is_shared(entry) ? shared[shared_of(entry)].depth : entry == hashable ? 0 : entry;
+  };
+  // `entry` may be named twice from now on; an atom holds nothing to follow.
+  auto share = [&](long long& entry) {
+    if (!is_shared(entry) && entry != hashable) { entry = new_shared(entry < 0 ? 0 : entry); }
   };
   // The memo: indices below the input's size (every index a pickle of ours writes: MEMOIZE
   // counts up) in a vector, the rest in an ordered map. Not a hash table: a file could choose
@@ -218,15 +233,17 @@ inline long long pickle_nesting(unsigned char const* data,
         long long const entry = memo_get(index);
         stack.push_back(entry == unset ? 0 : entry);  // never memoized: the unpickler refuses it
         top_is_atom = false;
-      } else if (top_is_atom || stack.empty() || stack.back() == -1) {
-        memo_put(index, 0);  // an atom, or nothing to memoize (the unpickler refuses that)
+      } else if (stack.empty() || stack.back() == -1) {
+        memo_put(index, 0);  // nothing to memoize (the unpickler refuses that)
+      } else if (top_is_atom || stack.back() == hashable) {
+        memo_put(index, stack.back());  // an atom, named again as itself
       } else {
         share(stack.back());
         memo_put(index, stack.back());
       }
       continue;
     }
-    top_is_atom = what == op_atom;
+    top_is_atom = what == op_atom || what == op_hashable_atom;
     // The values popped: `fixed` below the mark at `mark` (or the top `fixed`), and all above it.
     std::size_t mark = stack.size();
     if (to_mark) {
@@ -239,14 +256,25 @@ inline long long pickle_nesting(unsigned char const* data,
     bool const fills       = what == op_fills && fixed > 0;  // stack[base] is the container
     long long items        = -1;  // the deepest value put in the container or the new value
     bool holds_shared      = false;
+    auto const hashes      = row[7];
+    std::size_t put        = 0;  // values put in so far: keys are the even ones
     for (std::size_t k = fills ? base + 1 : base; k < stack.size(); ++k) {
       if (k == mark) { continue; }
       if (depth_of(stack[k]) > items) { items = depth_of(stack[k]); }
       holds_shared = holds_shared || is_shared(stack[k]);
+      bool const hashed = hashes == hashes_all || (hashes == hashes_keys && put % 2 == 0);
+      if (hashed && stack[k] != hashable && *hashed_at < 0) {
+        *hashed_at = static_cast<long long>(at) - 1;
+      }
+      ++put;
     }
     if (pushed == 0 || pushes_mark) {  // POP, POP_MARK, MARK, ...: nothing built
       stack.resize(base);
       if (pushes_mark) { stack.push_back(-1); }
+      continue;
+    }
+    if (what == op_hashable_atom) {
+      stack.push_back(hashable);
       continue;
     }
     long long depth  = items + 1;
@@ -256,10 +284,11 @@ inline long long pickle_nesting(unsigned char const* data,
       if (depth_of(container) > depth) { depth = depth_of(container); }
       // DUP names the container twice; a container holding a shared value deepens with it.
       if (holds_shared || pushed > 1) { share(container); }
-      result = is_shared(container) ? container : depth;
+      // A DUP of an atom pushes the atom twice.
+      bool const same = is_shared(container) || (container == hashable && pushed > 1);
+      result          = same ? container : depth;
     } else if (holds_shared) {
-      shared.push_back({depth, none});
-      result = -2 - static_cast<long long>(shared.size() - 1);
+      result = new_shared(depth);
     }
     if (is_shared(result)) {
       std::size_t const holder = shared_of(result);

@@ -417,7 +417,8 @@ def _from_raw(where: str, raw: object) -> History:
 def _read(path: str | os.PathLike[str]) -> History | dict[str, History]:
     """The history in a file from History.save, or the histories in one from save_many."""
     data, budget = read_plain_pickle(path, what="a history file",
-                                     why="a history holds only plain values, nesting six levels")
+                                     why="a history holds only plain values, nesting six levels, "
+                                         "keyed by str")
     try:
         if isinstance(data, dict) and "asyncmr" in data:
             check_history_cost("its 'asyncmr'", data["asyncmr"], budget)
