@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -686,6 +687,40 @@ TEST(FrontCacheStale, BindingABucketWithNoHostMemoryLeftIsARefusalNotATerminatio
   void* const q = handed(cache, 1, 4 * KiB);
   EXPECT_TRUE(cached(cache, 2, q, 4 * KiB)) << "with memory again, stream 2 gets a bucket";
   EXPECT_EQ(cache.take(2, 4 * KiB), q);
+}
+
+TEST(FrontCacheStale, RefusalsForWantOfHostMemoryAreNoPressureOnTheCap)
+{
+  // A put into a class whose list is still empty grows the list, which allocates. Refused for
+  // want of host memory, it says nothing of the cap (there is room): it must not be counted as
+  // the cap's, nor ask for a stale reclaim that would take idle streams' blocks for nothing.
+  front_cache cache{1 * MiB};
+  ASSERT_TRUE(cached(cache, 1, handed(cache, 0, 4 * KiB), 4 * KiB));  // stream 1's bucket
+  constexpr std::size_t puts = 2 * front_cache::pressure_window;
+  std::array<void*, puts> blocks{};
+  std::array<put_status, puts> status{};
+  std::array<bool, puts> asked{};
+  for (std::size_t i = 0; i < puts; ++i) {  // classes 256 .. 896 bytes: lists still empty
+    blocks[i] = handed(cache, 1 + i, front_cache::class_bytes(i));
+  }
+  {
+    test::failing_allocations const no_host_memory;  // no EXPECT in here: a failure allocates
+    for (std::size_t i = 0; i < puts; ++i) {
+      status[i] = cache.put(1, blocks[i], front_cache::class_bytes(i)).status;
+      asked[i]  = cache.note_pressure();
+    }
+  }
+  for (std::size_t i = 0; i < puts; ++i) {
+    EXPECT_EQ(status[i], put_status::refused) << "put " << i << ": the caller frees it to the pool";
+    EXPECT_EQ(cache.recorded_bytes(blocks[i]), 0U) << "put " << i << ": its record goes with it";
+    EXPECT_FALSE(asked[i]) << "put " << i << " asked for a stale reclaim";
+  }
+  auto const s = cache.stats();
+  EXPECT_EQ(s.refused_cap, 0U) << "refusals for want of host memory counted as the cap's";
+  EXPECT_FALSE(cache.note_pressure());
+  // With memory again, the same classes cache.
+  EXPECT_TRUE(cached(cache, 1, handed(cache, 100, 256), 256));
+  EXPECT_EQ(cache.check_invariants(), 4 * KiB + 256);
 }
 
 TEST(FrontCacheStale, DeadStreamsDoNotStarveALiveOne)
