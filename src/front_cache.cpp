@@ -373,7 +373,11 @@ put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes, voi
   if (b == nullptr) {
     // No bucket (no host memory): the block goes to the pool, so the record answers and lets
     // go of it as for a free that bypasses the cache (a second free and a wrong size refused).
-    return unrecord(ptr, bytes);
+    put_result const r = unrecord(ptr, bytes);
+    if (r.status == put_status::refused) {
+      bucketless_no_memory_.fetch_add(1, std::memory_order_relaxed);
+    }
+    return r;
   }
   b->seen = epoch_.load(std::memory_order_relaxed);
   if (slot == nullptr) {
@@ -418,7 +422,11 @@ put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes, voi
     b->lock.unlock();
     reclaim_idle_credit(b);
     b = lock_bucket<bucket>(id_, stream, find_);
-    if (b == nullptr) { return {forget(ptr) ? put_status::refused : put_status::already_cached, rec}; }
+    if (b == nullptr) {  // no host memory for the bucket's lookup this time
+      if (!forget(ptr)) { return {put_status::already_cached, rec}; }
+      bucketless_no_memory_.fetch_add(1, std::memory_order_relaxed);
+      return {put_status::refused, rec};
+    }
     if (b->credit < c && !reserve(*b, c)) { return refuse(&bucket::refused_cap); }
   }
   // The stream's order, captured before the block can be seen (see "Markers"); the lasting
@@ -430,7 +438,7 @@ put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes, voi
   try {
     b->free[idx].push_back(slot);
   } catch (...) {
-    return refuse(&bucket::refused_cap);  // no host memory for the list: as good as full
+    return refuse(&bucket::refused_no_memory);  // no host memory for the list
   }
   std::uint64_t expected = v;
   if (!slot->compare_exchange_strong(expected, v | cached_bit, std::memory_order_acq_rel)) {

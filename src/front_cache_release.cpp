@@ -197,11 +197,13 @@ front_cache_stats front_cache::stats() const noexcept
     s.refused_wrong_size += b->refused_wrong_size;
     s.refused_double_free += b->refused_double_free;
     s.refused_unmarked += b->refused_unmarked;
+    s.refused_no_memory += b->refused_no_memory;
     s.cached_bytes += b->cached;
     s.cached_blocks += b->blocks;
     s.parked_bytes += b->parked_bytes;
     s.parked_blocks += b->parked_blocks;
   }
+  s.refused_no_memory += bucketless_no_memory_.load(std::memory_order_relaxed);
   s.untracked        = untracked_.load(std::memory_order_relaxed);
   s.reclaims         = reclaims_.load(std::memory_order_relaxed);
   s.reclaimed_blocks = reclaimed_blocks_.load(std::memory_order_relaxed);

@@ -21,6 +21,9 @@ struct front_cache_stats {
   std::uint64_t refused_wrong_size{};    ///< frees naming another size class than the record
   std::uint64_t refused_double_free{};   ///< frees of a block that is already cached
   std::uint64_t refused_unmarked{};  ///< frees whose stream could not be marked (freed to the pool)
+  /// Frees the cache had no host memory to file (a block list, a stream's bucket): freed to the
+  /// pool. Not pressure on the cap, so they never ask for a reclaim of idle streams' blocks.
+  std::uint64_t refused_no_memory{};
   std::uint64_t untracked{};  ///< blocks handed out that the record had no room for (never cached)
   std::uint64_t reclaims{};   ///< reclaims of idle streams' blocks that found some
   std::uint64_t reclaimed_blocks{};  ///< blocks those reclaims took back

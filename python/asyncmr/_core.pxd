@@ -164,6 +164,7 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         uint64_t refused_wrong_size
         uint64_t refused_double_free
         uint64_t refused_unmarked
+        uint64_t refused_no_memory
         uint64_t untracked
         uint64_t reclaims
         uint64_t reclaimed_blocks

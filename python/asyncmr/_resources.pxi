@@ -253,8 +253,10 @@ cdef class _PoolResource(DeviceMemoryResource):
         ``parked_blocks`` taken out, their frees not yet made (a release in progress); ``hits``, ``misses``; frees turned away: ``refused_cap`` (freed to the
         pool), ``refused_uncacheable``, ``refused_not_recorded`` (blocks the cache did not hand
         out), ``refused_wrong_size``, ``refused_double_free``, ``refused_unmarked`` (frees whose stream's
-        event could not be recorded: freed to the pool); ``untracked`` (blocks handed out
-        that the ownership record had no room for: never cached); ``recorded_blocks``;
+        event could not be recorded: freed to the pool), ``refused_no_memory`` (frees the cache
+        had no host memory to file: freed to the pool, and no pressure on the cap);
+        ``untracked`` (blocks handed out that the ownership record had no room for: never
+        cached); ``recorded_blocks``;
         ``reclaims`` and ``reclaimed_blocks`` (blocks of idle or destroyed streams taken back);
         ``charged_high`` (peak of cached bytes plus reserved credit, an upper bound of the
         cached peak, never above ``cap``); ``streams``.
@@ -273,7 +275,8 @@ cdef class _PoolResource(DeviceMemoryResource):
                 "refused_not_recorded": v.refused_not_recorded,
                 "refused_wrong_size": v.refused_wrong_size,
                 "refused_double_free": v.refused_double_free,
-                "refused_unmarked": v.refused_unmarked, "untracked": v.untracked,
+                "refused_unmarked": v.refused_unmarked,
+                "refused_no_memory": v.refused_no_memory, "untracked": v.untracked,
                 "recorded_blocks": v.recorded_blocks, "reclaims": v.reclaims,
                 "reclaimed_blocks": v.reclaimed_blocks, "charged_high": v.charged_high,
                 "streams": v.streams}

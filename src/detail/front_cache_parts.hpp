@@ -159,6 +159,7 @@ struct alignas(64) front_cache::bucket {
   std::uint64_t refused_wrong_size{};
   std::uint64_t refused_double_free{};
   std::uint64_t refused_unmarked{};
+  std::uint64_t refused_no_memory{};
   void* marker{nullptr};  // the owner's marker of this bucket's stream (see "Markers")
   front_cache_parts::block_lists free;    // LIFO per class: the warmest block first
   front_cache_parts::block_lists parked;  // detached, their release ordered (free_parked)

@@ -683,6 +683,8 @@ TEST(FrontCacheStale, BindingABucketWithNoHostMemoryLeftIsARefusalNotATerminatio
     EXPECT_EQ(cache.take(2, 4 * KiB), nullptr);
     EXPECT_EQ(cache.put(2, p, 4 * KiB).status, put_status::refused);
   }
+  EXPECT_EQ(cache.stats().refused_no_memory, 1U) << "counted though no bucket holds it";
+  EXPECT_EQ(cache.stats().refused_cap, 0U);
   // The refused block went to the pool (its record with it); the pool's next one is cached.
   void* const q = handed(cache, 1, 4 * KiB);
   EXPECT_TRUE(cached(cache, 2, q, 4 * KiB)) << "with memory again, stream 2 gets a bucket";
@@ -717,6 +719,7 @@ TEST(FrontCacheStale, RefusalsForWantOfHostMemoryAreNoPressureOnTheCap)
   }
   auto const s = cache.stats();
   EXPECT_EQ(s.refused_cap, 0U) << "refusals for want of host memory counted as the cap's";
+  EXPECT_EQ(s.refused_no_memory, puts) << "and counted as what they are";
   EXPECT_FALSE(cache.note_pressure());
   // With memory again, the same classes cache.
   EXPECT_TRUE(cached(cache, 1, handed(cache, 100, 256), 256));

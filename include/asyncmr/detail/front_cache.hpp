@@ -504,6 +504,8 @@ class front_cache {
   std::atomic<std::uint64_t> refused_since_hint_{0};
   std::atomic<std::size_t> recorded_{0};
   std::atomic<std::uint64_t> untracked_{0};
+  // Refusals for no host memory that found no bucket to count them in (refused_no_memory).
+  std::atomic<std::uint64_t> bucketless_no_memory_{0};
   std::atomic<std::uint64_t> reclaims_{0};
   std::atomic<std::uint64_t> reclaimed_blocks_{0};
 
