@@ -180,6 +180,32 @@ TEST(FrontCacheRecord, AGraphAddressFreedAgainAndAgainNeverEntersTheCache)
   EXPECT_EQ(cache.take(3, 1 * KiB), graph);
 }
 
+TEST(FrontCacheRecord, NotesOfGraphsLongGoneNeverStopTheCacheFromRecording)
+{
+  // A graph's note is dropped only when its address is recorded, forgotten or unrecorded; a
+  // destroyed graph's notes stay. A program that captures and destroys graphs over time must
+  // still have its blocks recorded, and so cached, by a cache of the smallest record.
+  front_cache cache{1 * MiB};
+  constexpr std::size_t notes = 20000;
+  constexpr std::size_t fresh = 1000;
+  for (std::size_t i = 0; i < notes; ++i) { cache.record_graph(fake(100000 + i)); }
+  std::size_t recorded = 0;
+  for (std::size_t i = 0; i < fresh; ++i) { recorded += cache.record(fake(i), 256) ? 1 : 0; }
+  EXPECT_EQ(recorded, fresh) << "blocks handed out after the graphs went are untracked";
+  auto const s = cache.stats();
+  EXPECT_EQ(s.untracked, 0U);
+  EXPECT_EQ(s.recorded_blocks, fresh);
+  std::size_t cached_now = 0;
+  for (std::size_t i = 0; i < fresh; ++i) { cached_now += cached(cache, 1, fake(i), 256) ? 1 : 0; }
+  EXPECT_EQ(cached_now, fresh) << "the cache stopped caching";
+  // A note that gave way costs the graph's frees nothing but the driver's word: never cached.
+  for (std::size_t i = 0; i < notes; ++i) {
+    auto const r = cache.put(1, fake(100000 + i), 1 * KiB);
+    ASSERT_TRUE(r.status == put_status::graph || r.status == put_status::not_recorded) << i;
+  }
+  EXPECT_EQ(cache.check_invariants(), cached_now * 256);
+}
+
 TEST(FrontCacheRecord, AGraphNoteNeverReplacesACachedBlock)
 {
   front_cache cache{1 * MiB};
