@@ -28,8 +28,11 @@ std::atomic<std::uint64_t>* front_cache::find_slot(void const* ptr) const noexce
   return find_record(ptr).slot;
 }
 
-// Puts `value` into the first empty slot of `address`'s probe sequence; false when none is.
-bool front_cache::claim_empty_slot(std::uint64_t address, std::uint64_t value) noexcept
+// Puts `value` into the first empty slot of `address`'s probe sequence; with `over_notes`, when
+// none is empty, into a slot holding a graph's note (rule 1: a note only saves the owner a
+// driver question, and a destroyed graph's notes would otherwise fill the record for good).
+// False when no slot is either.
+bool front_cache::claim_slot(std::uint64_t address, std::uint64_t value, bool over_notes) noexcept
 {
   std::size_t const home = home_slot(address, slot_mask_);
   for (std::size_t i = 0; i < probe; ++i) {
@@ -37,6 +40,17 @@ bool front_cache::claim_empty_slot(std::uint64_t address, std::uint64_t value) n
     std::uint64_t expected = 0;
     if (slot.load(std::memory_order_relaxed) == 0 &&
         slot.compare_exchange_strong(expected, value, std::memory_order_acq_rel)) {
+      return true;
+    }
+  }
+  if (!over_notes) { return false; }
+  for (std::size_t i = 0; i < probe; ++i) {
+    auto& slot         = slots_[(home + i) & slot_mask_];
+    std::uint64_t seen = slot.load(std::memory_order_relaxed);
+    // Only from the exact value read: a note that another thread forgot, unrecorded or replaced
+    // meanwhile is not taken from it. A note is never cached, so no bucket lists its slot.
+    if ((seen == 0 || class_of(seen) == graph_class) &&
+        slot.compare_exchange_strong(seen, value, std::memory_order_acq_rel)) {
       return true;
     }
   }
@@ -65,7 +79,7 @@ bool front_cache::record(void* ptr, std::size_t bytes) noexcept
     if (class_of(v) == graph_class) { recorded_.fetch_add(1, std::memory_order_relaxed); }
     return true;
   }
-  if (claim_empty_slot(a, value)) {
+  if (claim_slot(a, value, true)) {
     recorded_.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
@@ -87,7 +101,9 @@ void front_cache::record_graph(void* ptr) noexcept
     }
     return;
   }
-  static_cast<void>(claim_empty_slot(a, value));  // no room: simply not noted
+  // No room: simply not noted. A note never takes another note's slot: the newest graph's is
+  // worth no more than an older one's, and a record's is never given up for a note.
+  static_cast<void>(claim_slot(a, value, false));
 }
 
 bool front_cache::forget(void* ptr) noexcept

@@ -73,9 +73,10 @@ using block_lists = std::array<block_list, front_cache::class_count>;
 // An open-addressing table of 64-bit slots: 0 is empty, anything else is a block's address
 // (256-byte aligned, as every CUDA pool allocation is) with its class index in bits 1-7 and bit
 // 0 set while the block is cached or parked. A pointer lives in one of the `probe` slots
-// starting at the first slot of its home cache line; a block that finds them all taken is not
-// recorded (and so never cached). Slots change by compare-and-swap, so records of different
-// blocks never interfere; the few blocks a thread recycles keep their lines in its core.
+// starting at the first slot of its home cache line; a block that finds them all taken by other
+// blocks is not recorded (and so never cached); a graph's note there gives way to it. Slots
+// change by compare-and-swap, so records of different blocks never interfere; the few blocks a
+// thread recycles keep their lines in its core.
 
 inline constexpr std::uint64_t cached_bit   = 1;
 inline constexpr std::uint64_t class_shift  = 1;

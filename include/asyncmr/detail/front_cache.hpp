@@ -21,7 +21,11 @@
  *    change, and the owner decides: a pool free, or a refusal to the caller. A captured
  *    allocation is never recorded as the cache's; it is noted as a graph's (`record_graph`), so
  *    its frees after every launch go to the pool without the owner asking the driver whose
- *    block it is.
+ *    block it is. A note is only that shortcut, and it may be lost: `record` takes a note's
+ *    slot when none near its pointer is empty (notes of destroyed graphs would otherwise fill
+ *    the record, and nothing would be cached any more). A free whose note is gone is answered
+ *    `not_recorded`, and the owner asks the driver, which names no other pool for a graph's
+ *    block, and frees it to the pool: the same free, one driver question later.
  * 2. **A block goes only to the stream it was freed on.** A block put for key K is handed out
  *    only to a `take` with key K, with no event: stream order on K makes that safe, as long as K
  *    names one stream for the block's whole time in the cache (see "Stream keys").
@@ -259,6 +263,7 @@ class front_cache {
   /**
    * @brief Records `ptr`, which the owner just allocated from the pool with
    * `class_size(bytes)` bytes, as handed out, so that its free may be cached.
+   * A graph's note near the pointer's slot gives way when no slot there is empty (rule 1).
    * @return false when the record has no room near the pointer's slot (or the pointer is not
    * 256-byte aligned): the block is untracked and its free must go to the pool. Never throws.
    */
@@ -269,7 +274,8 @@ class front_cache {
    * frees, which come back at every launch, are recognised without asking the driver: `put`
    * answers `put_status::graph` and never caches it. Nothing is allocated; a pointer the record
    * has no room for is simply not noted. A later `record` of the same address (the pool
-   * handed it out) replaces the note.
+   * handed it out) replaces the note, and a `record` of another address that finds no empty
+   * slot may take the note's (rule 1): the graph's frees are then `not_recorded`.
    */
   void record_graph(void* ptr) noexcept;
 
@@ -468,7 +474,8 @@ class front_cache {
     std::uint64_t value;
   };
   [[nodiscard]] record_view find_record(void const* ptr) const noexcept;
-  [[nodiscard]] bool claim_empty_slot(std::uint64_t address, std::uint64_t value) noexcept;
+  [[nodiscard]] bool claim_slot(std::uint64_t address, std::uint64_t value,
+                                bool over_notes) noexcept;
 
   bucket* find(stream_key stream) noexcept;
   bucket* find_slow(stream_key stream) noexcept;
