@@ -82,6 +82,22 @@ def test_every_table_row_is_a_property():
         assert isinstance(getattr(asyncmr.PoolAttributes, row.name), property)
 
 
+@pytest.mark.parametrize("name, value, exc, match", [
+    ("reuse_allow_opportunistic", 1.0, TypeError, "must be a bool, got float"),
+    ("reuse_follow_event_dependencies", 0.0, TypeError, "must be a bool, got float"),
+    ("reuse_allow_internal_dependencies", "yes", TypeError, "must be a bool, got str"),
+    ("release_threshold", 1.5, TypeError, "release_threshold must be an int number of bytes"),
+    ("used_mem_high", 0.0, ValueError, r"can only be reset, by setting 0 \(got 0\.0\)"),
+    ("reserved_mem_high", False, ValueError, r"can only be reset, by setting 0 \(got False\)"),
+])
+def test_a_pool_attribute_of_the_wrong_type_is_refused_before_the_pool_is_touched(
+        name, value, exc, match):
+    # The checks run before the pool is asked anything: here there is none to ask.
+    attributes = asyncmr.PoolAttributes(None)
+    with pytest.raises(exc, match=match):
+        setattr(attributes, name, value)
+
+
 def test_location_constructors():
     assert Location.device(1) == ("device", 1)
     assert Location.host() == ("host", None)
