@@ -49,9 +49,15 @@ def _decode(pool, row: AttributeInfo, raw: int):
 
 def _encode(row: AttributeInfo, value) -> int:
     if row.kind == "boolean":
-        if not isinstance(value, bool) and value not in (0, 1):
-            raise TypeError(f"{row.name} must be a bool, got {value!r}")
-        return int(value)
+        # A bool, or an integer 0 or 1 (the driver's own encoding); never a float or a str,
+        # which compare equal to 0 or 1 without meaning it.
+        if isinstance(value, bool):
+            return int(value)
+        number = _validate.integer(value)
+        if number not in (0, 1):
+            raise TypeError(f"{row.name} must be a bool, got {_validate.type_name(value)}"
+                            + (f" {number}" if number is not None else ""))
+        return number
     return _validate.size(row.name, value, optional=False)
 
 
@@ -127,7 +133,7 @@ def _make_property(row: AttributeInfo) -> property:
     elif row.access == "reset_only":
 
         def fset(self, value):
-            if isinstance(value, bool) or value != 0:
+            if _validate.integer(value) != 0:  # 0 as an int: not False, not 0.0
                 raise ValueError(
                     f"pool attribute {row.name!r} is a high-water mark: it can only be reset, "
                     f"by setting 0 (got {value!r})"
@@ -137,7 +143,8 @@ def _make_property(row: AttributeInfo) -> property:
     else:
 
         def fset(self, value):
-            self._pool._set_attribute(row.index, _encode(row, value))
+            raw = _encode(row, value)  # checked before the pool is asked anything
+            self._pool._set_attribute(row.index, raw)
 
     return property(fget, fset, doc=property_doc(row))
 
