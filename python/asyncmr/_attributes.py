@@ -55,8 +55,8 @@ def _encode(row: AttributeInfo, value) -> int:
             return int(value)
         number = _validate.integer(value)
         if number not in (0, 1):
-            raise TypeError(f"{row.name} must be a bool, got {_validate.type_name(value)}"
-                            + (f" {number}" if number is not None else ""))
+            got = number if number is not None else _validate.type_name(value)
+            raise TypeError(f"{row.name} must be a bool, got {got}")
         return number
     return _validate.size(row.name, value, optional=False)
 
