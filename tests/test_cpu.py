@@ -157,6 +157,10 @@ def test_location_constructors():
      "owned must be a bool, got str"),
     (lambda: MemPool.from_handle(0x7F0000001000, owned=1), TypeError,
      "owned must be a bool, got int"),
+    # A combination CUDA is known to refuse is named before the driver is looked for.
+    (lambda: MemPool.from_handle(0x7F0000001000, location=Location.host(),
+                                 allocation_type="device"),
+     ValueError, "device memory at host is not possible"),
     # An explicit threshold below the reservation needs no pool to be judged.
     (lambda: AsyncDeviceMR(pool="new", release_threshold=1 << 20, reserve=64 << 20), ValueError,
      r"reserve \(67108864 bytes\) is above the pool's release threshold \(1048576 bytes\)"),
