@@ -66,6 +66,10 @@ BAD = [
     (lambda: pinned_zeros(-2), ValueError, "negative dimensions"),
     (lambda: pinned_full(3, "abc", dtype=np.float64), ValueError, "fill_value"),
     (lambda: pinned_full((3,), [1, 2]), ValueError, "fill_value"),
+    # As numpy.full: an integer the item type cannot hold is refused, not wrapped.
+    (lambda: pinned_full(4, -1, dtype=np.uint8), OverflowError, "-1 out of bounds for uint8"),
+    (lambda: pinned_full(4, 300, dtype=np.uint8), OverflowError, "300 out of bounds for uint8"),
+    (lambda: pinned_full(4, 2**70, dtype=np.int64), OverflowError, "fill_value"),
     (lambda: pinned_empty_like(np.zeros(3), order="Q"), ValueError, "order"),
     (lambda: pinned_zeros_like(np.zeros(3), shape=(-1,)), ValueError, "negative"),
     (lambda: asyncmr.PinnedBlock(-1), ValueError, "nbytes"),
