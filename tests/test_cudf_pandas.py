@@ -112,6 +112,19 @@ def test_the_door_options_become_install_keywords():
         {"cache": 1}, ["-m", "mod", "--x", "-h"])
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    ({"libcudf_prefetch": "no"}, "libcudf_prefetch must be a bool, got str"),
+    ({"libcudf_prefetch": 0}, "libcudf_prefetch must be a bool, got int"),
+    ({"cache": "x"}, "cache"),
+    ({"discard": 1}, "discard must be a bool"),
+])
+def test_install_checks_its_arguments_before_it_looks_for_cudf(kwargs, match):
+    # "no" turned libcudf's prefetching on; every argument is checked before cuDF is imported,
+    # so a wrong one is named whether cuDF is there or not.
+    with pytest.raises(TypeError, match=match):
+        door.install(**kwargs)
+
+
 @pytest.mark.skipif(HAVE_CUDF, reason="not applicable: cuDF is installed here")
 def test_without_cudf_the_door_says_what_to_install(capsys):
     with pytest.raises(ImportError, match="needs cuDF .*cudf-cu13"):
