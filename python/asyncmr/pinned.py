@@ -437,9 +437,15 @@ def pinned_full(shape, fill_value, dtype=None, order="C", *, mr=None, stream=Non
     dtype = _check_dtype(dtype)
     # The array's own shape and item type (a subarray dtype adds dimensions).
     dims, item, _ = _layout(_check_shape(shape), dtype)
-    # Convert and broadcast the value first, so a bad one allocates nothing.
+    # Convert and broadcast the value first, so a bad one allocates nothing. Copied into the
+    # item type as numpy.full does: an integer the type cannot hold is refused, not wrapped (an
+    # astype of np.asarray's int64 would wrap -1 to 255 for uint8).
     try:
-        value = np.asarray(fill_value).astype(item, casting="unsafe")
+        value = np.empty(np.shape(fill_value), item)
+        np.copyto(value, fill_value, casting="unsafe")
+    except OverflowError as e:
+        raise OverflowError(f"fill_value {fill_value!r} cannot fill an array of dtype {dtype}: "
+                            f"{e}") from None
     except (TypeError, ValueError) as e:
         raise ValueError(f"fill_value {fill_value!r} cannot fill an array of shape {shape} "
                          f"and dtype {dtype}: {e}") from None
