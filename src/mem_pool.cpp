@@ -242,8 +242,10 @@ mem_pool mem_pool::from_handle(cudaMemPool_t handle,
                                std::optional<allocation_type> type)
 {
   if (handle == nullptr) { throw std::invalid_argument{"asyncmr: pool handle is null (0)"}; }
-  require_cuda();
+  // A combination CUDA is known to refuse is named before the driver is looked for (as create
+  // and import_fd do).
   if (location && type) { detail::validate_combination(*location, *type, false); }
+  require_cuda();
   // What asyncmr knows of this handle now (not its history: the driver reuses handle values,
   // so a handle asyncmr once destroyed may be another library's live pool today).
   auto found = detail::lookup(handle);
