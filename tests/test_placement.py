@@ -27,6 +27,13 @@ class _Interface:
                                          "typestr": typestr, "strides": strides, "version": 3}
 
 
+class _NoTypestr:
+    """The interface without its required typestr."""
+
+    def __init__(self, ptr, shape):
+        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": shape, "version": 3}
+
+
 # ---- what is accepted, without a GPU -----------------------------------------------------------
 
 def test_a_pair_a_list_and_array_interfaces_become_ranges():
@@ -44,7 +51,15 @@ def test_a_pair_a_list_and_array_interfaces_become_ranges():
     ((4096, -1), ValueError, r"size must be in \[0, 2\*\*64\) bytes, got -1"),
     ((0, 16), ValueError, r"null pointer of 16 bytes"),
     ([(4096, 1), "x"], TypeError, r"range 1 must be a \(pointer, nbytes\) pair"),
-    ((4096, True), TypeError, r"must be a \(pointer, nbytes\) pair"),
+    ((4096, True), TypeError, r"the range size must be an int, got bool"),
+    # A pair with a value of the wrong type is named as the pair's pointer or size.
+    ((4096, 1.0), TypeError, r"the range size must be an int, got float"),
+    ((4096, None), TypeError, r"the range size must be an int, got NoneType"),
+    ((1.5, 64), TypeError, r"the range pointer must be an int, got float"),
+    # The interface's typestr is required, and names an item of at least one byte.
+    (_Interface(4096, (4,), typestr="<f0"), ValueError, r"unknown typestr '<f0'"),
+    (_Interface(4096, (4,), typestr="zz8"), ValueError, r"unknown typestr 'zz8'"),
+    (_NoTypestr(4096, (4,)), ValueError, r"__cuda_array_interface__ has no typestr"),
     (1.5, TypeError, r"the range must be"),
     (_Interface(4096, (2,), typestr="<x?"), ValueError, r"unknown typestr"),
     # A range past the end of the address space, alone or after a good one.
