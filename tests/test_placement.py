@@ -142,7 +142,7 @@ def test_numpy_integers_are_taken_as_ranges_and_targets():
     assert ranges((np.uint64(4096), np.int32(16))) == [(4096, 16)]
     assert ranges(_Interface(np.uint64(4096), (np.int64(2),))) == [(4096, 8)]
     assert all(type(v) is int for v in ranges((np.uint64(4096), np.int32(16)))[0])
-    with pytest.raises(TypeError, match=r"must be a \(pointer, nbytes\) pair"):
+    with pytest.raises(TypeError, match=r"the range pointer must be an int, got numpy\.bool"):
         ranges((np.bool_(True), 16))
 
 

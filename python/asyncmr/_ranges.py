@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from asyncmr._validate import as_integer, ascii_digits, integer
+from asyncmr._validate import as_integer, ascii_digits
 
 _U64 = 1 << 64
+_TYPE_KINDS = frozenset("biufcmMOSUV")  # the array interface's type kinds
 
 
 def _int(value: Any, what: str) -> int:
@@ -17,8 +18,11 @@ def _int(value: Any, what: str) -> int:
 
 
 def _is_pair(item: Any) -> bool:
-    return isinstance(item, tuple) and len(item) == 2 and all(
-        integer(v) is not None for v in item)
+    """A 2-tuple of two values that are not ranges themselves (not a sequence, no array
+    interface): a pair, whose values ``_pair`` then checks, so a wrong one is named as the
+    pointer or the size it stands for."""
+    return isinstance(item, tuple) and len(item) == 2 and not any(
+        isinstance(v, (tuple, list)) or hasattr(v, "__cuda_array_interface__") for v in item)
 
 
 def _pair(ptr: Any, nbytes: Any, where: str) -> tuple[int, int]:
@@ -50,8 +54,13 @@ def _from_interface(obj: Any, where: str) -> tuple[int, int]:
     shape = tuple(_int(n, f"{where} shape") for n in cai["shape"])
     if any(n < 0 for n in shape):
         raise ValueError(f"asyncmr: {where} shape entries must be >= 0, got shape {shape}")
-    typestr = str(cai.get("typestr", "|u1"))
-    if not ascii_digits(typestr[2:]) or len(typestr) > 12:  # an item size of at most 10 digits
+    if "typestr" not in cai:  # required by the interface: without it no size can be known
+        raise ValueError(f"asyncmr: {where} __cuda_array_interface__ has no typestr")
+    typestr = str(cai["typestr"])
+    # A byte order, a kind and an item size of 1 to 10 digits, at least one byte ('<f4', '|u1').
+    if (len(typestr) > 12 or typestr[:1] not in ("<", ">", "|", "=")
+            or typestr[1:2] not in _TYPE_KINDS or not ascii_digits(typestr[2:])
+            or int(typestr[2:]) == 0):
         raise ValueError(f"asyncmr: {where} has an unknown typestr {typestr!r}")
     itemsize = int(typestr[2:])
     strides = cai.get("strides")
