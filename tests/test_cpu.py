@@ -139,6 +139,13 @@ def test_location_constructors():
      "unknown export handle type 'posix'"),
     (lambda: MemPool.create(Location.host(), "pinned", export_handle_types=1.0), TypeError,
      "export_handle_types must be"),
+    # Bytes are not names, and a dict's values would be dropped: both refused, not iterated.
+    (lambda: MemPool.create(Location.host(), "pinned", export_handle_types=b"posix_fd"),
+     TypeError, "export_handle_types must be .*, got bytes"),
+    (lambda: MemPool.create(Location.host(), "pinned", export_handle_types={"posix_fd": 1}),
+     TypeError, "export_handle_types must be .*, got dict"),
+    (lambda: MemPool.create(Location.host(), "pinned", export_handle_types=["posix_fd", 1.5]),
+     TypeError, "export handle types in a list are names or asyncmr.ExportHandle, got float"),
     (lambda: AsyncPinnedMR(cache=-1), ValueError, "cache must be in"),
     (lambda: AsyncDeviceMR(cache="1MiB"), TypeError, "cache must be an int"),
     (lambda: AsyncManagedMR(cache=100), ValueError, "cache must be 0 .no cache. or a cap in"),
@@ -237,6 +244,11 @@ def test_no_gpu_message(no_gpu, call):
     lambda: AsyncPinnedMR(accessible_from=np.int64(0), numa_node=np.int8(0)),
     lambda: AsyncPinnedMR(accessible_from=[np.int16(0)]),
     lambda: MemPool.from_handle(np.uint64(0x7F0000001000)),
+    # asyncmr's own enum, alone or in a list of types.
+    lambda: MemPool.create(Location.host(), "pinned",
+                           export_handle_types=asyncmr.ExportHandle.posix_fd),
+    lambda: MemPool.create(Location.host(), "pinned",
+                           export_handle_types=[asyncmr.ExportHandle.posix_fd, "fabric"]),
 ])
 def test_numpy_integers_are_taken_where_ints_are(no_gpu, call):
     # Valid: they pass every check and reach the device, which this machine lacks.
