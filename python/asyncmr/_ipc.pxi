@@ -35,6 +35,11 @@ def _export_handle_bits(value):
         return bits
     if isinstance(value, bool):
         raise TypeError("export_handle_types must be a name, names or an int, got bool")
+    # Bytes iterate as ints and a dict as its keys (its values dropped): neither is a list of
+    # names, whatever it holds.
+    if isinstance(value, (bytes, bytearray, memoryview, Mapping)):
+        raise TypeError("export_handle_types must be 'posix_fd', 'fabric', a list of them, or "
+                        f"an int, got {_validate.type_name(value)}")
     try:
         names = list(value)
     except TypeError:
@@ -42,7 +47,13 @@ def _export_handle_bits(value):
                         f"an int, got {type(value).__name__}") from None
     bits = 0
     for name in names:
-        handle = _EXPORT_HANDLES.get(name) if isinstance(name, str) else None
+        if isinstance(name, ExportHandle):
+            bits |= int(name)
+            continue
+        if not isinstance(name, str):
+            raise TypeError("export handle types in a list are names or asyncmr.ExportHandle, "
+                            f"got {_validate.type_name(name)}")
+        handle = _EXPORT_HANDLES.get(name)
         if handle is None:
             raise ValueError(f"unknown export handle type {name!r}; expected one of "
                              f"{tuple(_EXPORT_HANDLES)}")
