@@ -160,6 +160,11 @@ def test_location_constructors():
                  r"\(0x7ffffff6\); the types are posix_fd = 1, fabric = 8"),
     (lambda: MemPool.from_handle(0), ValueError, "non-zero"),
     (lambda: MemPool.from_handle("0x1"), TypeError, "pool handle must be an int"),
+    # An enum member is a name, never a handle, even where it is an int.
+    (lambda: MemPool.from_handle(asyncmr.PoolSource.new_pool), TypeError,
+     r"pool handle must be an int address, got asyncmr\.(_core\.)?PoolSource"),
+    (lambda: AsyncDeviceMR(pool=asyncmr.ExportHandle.fabric), TypeError,
+     r"pool must be .*, got asyncmr\.(_core\.)?ExportHandle"),
     (lambda: MemPool.from_handle(0x7F0000001000, owned="no"), TypeError,
      "owned must be a bool, got str"),
     (lambda: MemPool.from_handle(0x7F0000001000, owned=1), TypeError,
