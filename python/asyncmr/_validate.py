@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import enum
 import operator
 from collections.abc import Mapping
 
@@ -103,7 +104,7 @@ def pool(value):
                 f"pool must be 'default', 'current', 'new', an int handle or a MemPool, got {value!r}"
             )
         return value, None
-    if integer(value) is None:
+    if integer(value) is None or isinstance(value, enum.Enum):
         raise TypeError(
             "pool must be 'default', 'current', 'new', an int handle or a MemPool, "
             f"got {type_name(value)}"
@@ -112,7 +113,10 @@ def pool(value):
 
 
 def handle(value) -> int:
-    """A ``cudaMemPool_t`` as an int: non-zero, 64-bit."""
+    """A ``cudaMemPool_t`` as an int: non-zero, 64-bit. An enum member is a name, not a handle,
+    even an int one (``PoolSource.new_pool`` is 2)."""
+    if isinstance(value, enum.Enum):
+        raise TypeError(f"pool handle must be an int address, got {type_name(value)}")
     value = as_integer(value, "pool handle", "an int address")
     if not 0 < value <= UINT64_MAX:
         raise ValueError(f"pool handle must be a non-zero 64-bit address, got {value}")
