@@ -3,7 +3,6 @@
 """MemPool and the three pool-backed RMM memory resources."""
 
 import contextlib
-from collections.abc import Mapping
 
 from cython.operator cimport dereference as deref
 from libc.stdint cimport INT64_MAX, int64_t, uint32_t, uint64_t, uintptr_t

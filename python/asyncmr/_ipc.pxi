@@ -35,16 +35,8 @@ def _export_handle_bits(value):
         return bits
     if isinstance(value, bool):
         raise TypeError("export_handle_types must be a name, names or an int, got bool")
-    # Bytes iterate as ints and a dict as its keys (its values dropped): neither is a list of
-    # names, whatever it holds.
-    if isinstance(value, (bytes, bytearray, memoryview, Mapping)):
-        raise TypeError("export_handle_types must be 'posix_fd', 'fabric', a list of them, or "
-                        f"an int, got {_validate.type_name(value)}")
-    try:
-        names = list(value)
-    except TypeError:
-        raise TypeError("export_handle_types must be 'posix_fd', 'fabric', a list of them, or "
-                        f"an int, got {type(value).__name__}") from None
+    names = _validate.items(value, "export_handle_types must be 'posix_fd', 'fabric', a list "
+                                   "of them, or an int")
     bits = 0
     for name in names:
         if isinstance(name, ExportHandle):

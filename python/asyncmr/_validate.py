@@ -83,13 +83,19 @@ def devices(value, what: str = "accessible_from",
     one = integer(value)
     if one is not None:
         return False, [ordinal(item, one)]
+    return False, [ordinal(item, d) for d in items(value, expected)]
+
+
+def items(value, expected: str) -> list:
+    """The items of an argument that lists things, as a list; TypeError ``"{expected}, got
+    <type>"`` for one that is not iterable, or that is bytes (whose items are ints) or a mapping
+    (whose items are its keys, its values dropped)."""
     if isinstance(value, (bytes, bytearray, memoryview, Mapping)):
         raise TypeError(f"{expected}, got {type_name(value)}")
     try:
-        items = list(value)
+        return list(value)
     except TypeError:
         raise TypeError(f"{expected}, got {type_name(value)}") from None
-    return False, [ordinal(item, d) for d in items]
 
 
 def pool(value):
