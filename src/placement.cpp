@@ -70,11 +70,6 @@ cudaError_t prefetch_async(void const* ptr, std::size_t bytes, location to,
 #endif
 }
 
-bool legacy_stream(cudaStream_t stream) noexcept
-{
-  return stream == nullptr || stream == cudaStreamLegacy;
-}
-
 cudaError_t discard_and_prefetch_async(void* ptr, std::size_t bytes, location to,
                                        cudaStream_t stream) noexcept
 {

@@ -278,6 +278,17 @@ std::size_t release_caches_of(cudaMemPool_t pool, stream_cache const* except) no
   return released;
 }
 
+namespace {
+
+// Whether a call on `stream` joins a capture (a graph's allocation or free, never the cache's),
+// or cannot be told; the legacy stream is not asked (see legacy_stream).
+bool in_capture(cudaStream_t stream) noexcept
+{
+  return !legacy_stream(stream) && stream_capturing(stream);
+}
+
+}  // namespace
+
 // ---- stream_cache ----------------------------------------------------------------------------
 
 std::shared_ptr<stream_cache> stream_cache::make(mem_pool pool,
@@ -396,7 +407,7 @@ bool stream_cache::key_for(cudaStream_t stream, stream_key& key) const noexcept
   // (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: seen on an H100, driver 580, 2026-12-05), and a hit
   // or a put on it then needs no driver call at all. The context is the cache's as long as the
   // cache lives: its release and witness streams are in it.
-  if (!stream_may_capture(stream) && streams_.legacy && streams_.context != nullptr &&
+  if (legacy_stream(stream) && streams_.legacy && streams_.context != nullptr &&
       current_context() == streams_.context) {
     key = *streams_.legacy;
     return true;
@@ -406,7 +417,7 @@ bool stream_cache::key_for(cudaStream_t stream, stream_key& key) const noexcept
 
 void* stream_cache::allocate(cudaStream_t stream, std::size_t bytes, bool* hit)
 {
-  if (stream_may_capture(stream) && stream_capturing(stream)) {
+  if (in_capture(stream)) {
     // A graph allocation node: the graph owns the block (its address comes back at every
     // launch). Noted as the graph's, never recorded as the cache's: it never enters the cache,
     // and its frees go to the driver without the foreign-pointer question. The note needs no
@@ -470,7 +481,7 @@ free_result stream_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t
   // first all the same: a block it holds as cached (a second free) or at another class is
   // refused there as here, before the driver is asked anything.
   stream_key key{};
-  bool const into_cache = !(stream_may_capture(stream) && stream_capturing(stream)) && key_for(stream, key);
+  bool const into_cache = !in_capture(stream) && key_for(stream, key);
   put_result const put =
     into_cache ? cache_.put(key, ptr, bytes, stream) : cache_.unrecord(ptr, bytes);
   // A block the record let go of is the pool's only once the driver takes its free.

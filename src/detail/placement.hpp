@@ -36,9 +36,6 @@ void require_placement_driver(char const* what);
                                          location to,
                                          cudaStream_t stream) noexcept;
 
-/// True for the legacy default stream (0 or `cudaStreamLegacy`).
-[[nodiscard]] bool legacy_stream(cudaStream_t stream) noexcept;
-
 /// `cudaMemDiscardAndPrefetchBatchAsync` of the one range to `to` on the CUDA 13 build (a plain
 /// prefetch on the legacy default stream, which the batched call refuses);
 /// `cudaErrorNotSupported` on the CUDA 12 build, which has no such call.

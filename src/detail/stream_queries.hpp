@@ -19,18 +19,18 @@ namespace asyncmr::detail {
 [[nodiscard]] bool stream_capturing(cudaStream_t stream) noexcept;
 
 /**
- * Whether `stream` may be capturing at all. The legacy default stream never is: a capture cannot
- * begin there. Its hits and puts so skip the question (one driver call each, ~26 ns on the H200:
- * cache_bench "calls"), and more than time: while a blocking stream of the device captures, the
- * driver answers that question about the legacy stream with CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
- * (cuStreamIsCapturing's documentation), which `stream_capturing` reads as "cannot be told", and
- * the cache then went to the pool on the legacy stream, a call the capture cannot survive. Handle
- * 0 is the legacy stream here: this library is not built for per-thread default streams, and the
- * driver reads 0 the same way.
+ * Whether `stream` names the legacy default stream, which is never capturing: a capture cannot
+ * begin there. The front cache so asks no capture question about it (one driver call each hit
+ * and put, ~26 ns on the H200: cache_bench "calls"), and more than time: while a blocking stream
+ * of the device captures, the driver answers any question about the legacy stream with
+ * CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (cuStreamIsCapturing's documentation), which
+ * `stream_capturing` reads as "cannot be told", and the cache then went to the pool on the legacy
+ * stream, a call the capture cannot survive. Handle 0 is the legacy stream here: this library is
+ * not built for per-thread default streams, and the driver reads 0 the same way.
  */
-[[nodiscard]] inline bool stream_may_capture(cudaStream_t stream) noexcept
+[[nodiscard]] inline bool legacy_stream(cudaStream_t stream) noexcept
 {
-  return stream != nullptr && stream != cudaStreamLegacy;
+  return stream == nullptr || stream == cudaStreamLegacy;
 }
 
 /// The stream's id, unique for the life of the process (special handles resolve to the calling
