@@ -186,8 +186,7 @@ def benchmarks(docs: dict) -> str:
 
         default = ""
         if (fc.get(APR_CACHED_DEFAULT) or {}).get("4096"):
-            default = (f", {pair_us(APR_CACHED_DEFAULT)} us on the default (legacy) stream, "
-                       "whose frees record no event")
+            default = f", {pair_us(APR_CACHED_DEFAULT)} us on the default (legacy) stream"
         lines.append(
             f"- **Front cache** (section 11): a cached `AsyncPinnedMR` pair "
             f"{pair_us(APR_CACHED)} us on a created stream{default}; CuPy's `PinnedMemoryPool` "

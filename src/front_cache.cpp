@@ -107,10 +107,6 @@ front_cache::front_cache(std::size_t cap_bytes,
     epoch_began_ns_{steady_ns()},
     stale_after_ns_{stale_after_ns}
 {
-  if (markers.lasting && markers.order != nullptr && markers.order_lasting == nullptr) {
-    throw std::invalid_argument{
-      "asyncmr: front cache markers name a lasting stream but no order_lasting"};
-  }
   if (cap_bytes == 0) {
     throw std::invalid_argument{
       "asyncmr: a front cache cap of 0 bytes means no cache; construct none"};
@@ -429,10 +425,8 @@ put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes, voi
     }
     if (b->credit < c && !reserve(*b, c)) { return refuse(&bucket::refused_cap); }
   }
-  // The stream's order, captured before the block can be seen (see "Markers"); the lasting
-  // stream's is taken when its bucket is parked.
-  if (markers_.mark != nullptr && markers_.lasting != stream &&
-      !markers_.mark(markers_.context, b->marker, handle)) {
+  // The stream's order, captured before the block can be seen (see "Markers").
+  if (markers_.mark != nullptr && !markers_.mark(markers_.context, b->marker, handle)) {
     return refuse(&bucket::refused_unmarked);
   }
   try {

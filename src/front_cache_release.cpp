@@ -28,9 +28,7 @@ std::size_t front_cache::park(bucket& b) noexcept
   if (moved == 0 || b.parked_blocks != 0) { return 0; }
   // The owner's later frees wait for this bucket's stream first (see "Markers"); if they cannot,
   // the blocks stay cached, which is always safe.
-  if (markers_.order != nullptr &&
-      !(markers_.lasting == b.key ? markers_.order_lasting(markers_.context)
-                                  : markers_.order(markers_.context, b.marker))) {
+  if (markers_.order != nullptr && !markers_.order(markers_.context, b.marker)) {
     return 0;
   }
   b.free.swap(b.parked);  // no allocation: the lists trade their buffers (parked was empty)

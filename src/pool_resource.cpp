@@ -77,6 +77,12 @@ std::string describe_free_failure(free_result const& result, void const* ptr, st
              ": the block is in the front cache already; nothing was freed";
     case free_status::driver_refused: break;
   }
+  if (result.error == cudaErrorStreamCaptureImplicit) {
+    return "asyncmr: cannot free " + block + " on the legacy default stream now: CUDA refuses "
+           "any call there while a blocking stream captures (cudaErrorStreamCaptureImplicit). "
+           "The block is still yours: free it once the capture has ended. Every capture is "
+           "still valid.";
+  }
   return "asyncmr: cudaFreeAsync(" + block + ") failed: " + cudaGetErrorName(result.error) +
          " (" + cudaGetErrorString(result.error) + "); a double free, or a pointer this "
          "resource did not allocate?";

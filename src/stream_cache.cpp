@@ -93,19 +93,6 @@ bool order_release(void* streams, void* marker) noexcept
   return status == cudaSuccess;
 }
 
-// The legacy stream's order, taken when its bucket is parked: the witness (a blocking stream)
-// records its event behind every legacy-stream call made so far, and the release stream waits for
-// it. Nothing is queued on the legacy stream itself, which a capture on any blocking stream of the
-// device forbids (docs/DRIVER_FACTS.md).
-bool order_legacy(void* streams) noexcept
-{
-  auto const& own = *static_cast<cache_streams*>(streams);
-  auto status     = record_event(own.witness_event, own.witness);
-  if (status == cudaSuccess) { status = cudaStreamWaitEvent(own.release, own.witness_event, 0); }
-  clear_own_error(status);
-  return status == cudaSuccess;
-}
-
 void destroy_marker(void*, void* marker) noexcept
 {
   clear_own_error(cudaEventDestroy(static_cast<cudaEvent_t>(marker)));
@@ -287,6 +274,21 @@ bool in_capture(cudaStream_t stream) noexcept
   return !legacy_stream(stream) && stream_capturing(stream);
 }
 
+// A miss on the legacy stream while a blocking stream captures: the pool's allocation there
+// would fail and invalidate that capture; refused before it is asked (hits need no call).
+void refuse_if_legacy_closed(cudaStream_t stream, std::size_t bytes)
+{
+  if (!legacy_stream(stream)) { return; }
+  if (auto const error = legacy_stream_open(stream); error != cudaSuccess) {
+    throw unsupported_error{
+      "asyncmr: cannot allocate " + std::to_string(bytes) +
+      " bytes on the legacy default stream now: the front cache holds no block of that size for "
+      "it, and CUDA refuses any call there while a blocking stream captures (" +
+      cudaGetErrorName(error) +
+      "). Allocate on a created stream, or before the capture. Every capture is still valid."};
+  }
+}
+
 }  // namespace
 
 // ---- stream_cache ----------------------------------------------------------------------------
@@ -306,14 +308,10 @@ cache_streams::cache_streams(std::optional<int> device)
   active_context_scope context{device};
   try {
     ASYNCMR_CUDA_TRY(cudaStreamCreateWithFlags(&release, cudaStreamNonBlocking));
-    ASYNCMR_CUDA_TRY(cudaStreamCreateWithFlags(&witness, cudaStreamDefault));
-    ASYNCMR_CUDA_TRY(cudaEventCreateWithFlags(&witness_event, cudaEventDisableTiming));
   } catch (...) {
-    destroy();  // what was made so far
+    destroy();
     throw;
   }
-  // The witness follows the legacy stream of this context only: a put on another device's
-  // legacy stream has another key, and keeps its marker.
   if (stream_key key{}; stream_key_of(cudaStreamLegacy, key)) {
     legacy        = key;
     this->context = current_context();
@@ -323,17 +321,13 @@ cache_streams::cache_streams(std::optional<int> device)
 void cache_streams::destroy() noexcept
 {
   relaxed_capture_guard guard;
-  // The destroys return at once, but compute-sanitizer's memcheck waits there for the streams'
-  // work, and the witness's (and the release stream's behind it) is the legacy stream's, where a
-  // Python host function may wait for the GIL: seen on the H200, a resource dropped with one
-  // queued behind a kernel hung with the GIL held. So this counts as a wait.
+  // The destroy returns at once, but compute-sanitizer's memcheck waits there for the stream's
+  // work, which may wait for a stream where a Python host function waits for the GIL (seen on
+  // the H200: a resource dropped with one queued behind a kernel hung with the GIL held). So this
+  // counts as a wait.
   blocking_region wait;
-  if (witness_event != nullptr) { clear_own_error(cudaEventDestroy(witness_event)); }
-  if (witness != nullptr) { clear_own_error(cudaStreamDestroy(witness)); }
   if (release != nullptr) { clear_own_error(cudaStreamDestroy(release)); }
-  witness_event = nullptr;
-  witness       = nullptr;
-  release       = nullptr;
+  release = nullptr;
 }
 
 stream_cache::stream_cache(mem_pool pool, std::size_t cap, std::optional<int> device)
@@ -343,8 +337,7 @@ stream_cache::stream_cache(mem_pool pool, std::size_t cap, std::optional<int> de
     cache_{cap,
            0,
            0,
-           stream_markers{&streams_, &mark_stream, &order_release, &destroy_marker,
-                          streams_.legacy, &order_legacy},
+           stream_markers{&streams_, &mark_stream, &order_release, &destroy_marker},
            stale_after_ns}
 {
 }
@@ -405,8 +398,8 @@ bool stream_cache::key_for(cudaStream_t stream, stream_key& key) const noexcept
   // The legacy stream of the context the cache was made in has the key taken then: asked of the
   // driver while a blocking stream captures, that question is refused as well
   // (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: seen on an H100, driver 580, 2026-12-05), and a hit
-  // or a put on it then needs no driver call at all. The context is the cache's as long as the
-  // cache lives: its release and witness streams are in it.
+  // on it then needs no driver call at all. The context is the cache's as long as the cache
+  // lives: its release stream is in it.
   if (legacy_stream(stream) && streams_.legacy && streams_.context != nullptr &&
       current_context() == streams_.context) {
     key = *streams_.legacy;
@@ -437,6 +430,7 @@ void* stream_cache::allocate(cudaStream_t stream, std::size_t bytes, bool* hit)
     if (hit != nullptr) { *hit = true; }
     return ptr;
   }
+  refuse_if_legacy_closed(stream, bytes);
   void* ptr = nullptr;
   try {
     ptr = pool_.allocate_async(cls, stream);
@@ -480,6 +474,14 @@ free_result stream_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t
   // the driver cannot name, a block goes to the pool, never into the cache. The record is asked
   // first all the same: a block it holds as cached (a second free) or at another class is
   // refused there as here, before the driver is asked anything.
+  // A free on the legacy stream sets its marker there (its order covers every blocking stream's
+  // earlier work: see "Markers"), which a capture on a blocking stream forbids: refused first, as
+  // CUDA refuses the free itself then, but without breaking that capture. Nothing changed.
+  if (legacy_stream(stream)) {
+    if (auto const error = legacy_stream_open(stream); error != cudaSuccess) {
+      return {free_status::driver_refused, error, 0};
+    }
+  }
   stream_key key{};
   bool const into_cache = !in_capture(stream) && key_for(stream, key);
   put_result const put =

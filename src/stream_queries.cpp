@@ -57,6 +57,21 @@ bool stream_capturing(cudaStream_t stream) noexcept
   return e != cudaSuccess || status != cudaStreamCaptureStatusNone;
 }
 
+cudaError_t legacy_stream_open(cudaStream_t stream) noexcept
+{
+  constexpr int capture_implicit = 906;  // CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+  if (auto* const is_capturing = queries().is_capturing) {
+    int status       = 0;
+    auto const error = is_capturing(stream, &status);
+    if (error == 0) { return cudaSuccess; }
+    if (error == capture_implicit) { return cudaErrorStreamCaptureImplicit; }
+  }
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  auto const e                   = cudaStreamIsCapturing(stream, &status);
+  clear_own_error(e);
+  return e;
+}
+
 bool stream_key_of(cudaStream_t stream, stream_key& key) noexcept
 {
   unsigned long long id = 0;

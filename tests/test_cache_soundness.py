@@ -697,10 +697,10 @@ def test_a_free_on_a_blocking_stream_is_released_after_the_legacy_streams_work(g
 def test_a_legacy_stream_free_of_a_block_a_blocking_stream_used_waits_for_that_use(gpu, action):
     # CUDA orders a free on the legacy stream after the earlier work of every blocking stream
     # (the legacy stream's implicit synchronization), so a block last used by a kernel on a
-    # blocking stream may be freed on the legacy stream without any wait. Cached, that free queues
-    # nothing on the legacy stream; its release must still come after the kernel. (A defect test
-    # from a review of 2026-12-05, written when no device time was left: expected to fail on this
-    # code, where the release is ordered after the legacy stream's own work only; not yet run.)
+    # blocking stream may be freed on the legacy stream without any wait; its release from the
+    # cache must still come after the kernel. (A defect a review of 2026-12-05 found in the design
+    # of 01999da, where a put on the legacy stream set no marker and the release was ordered after
+    # the legacy stream's own work only.)
     cupy = require_module("cupy")
     spin_on(cupy, cupy.cuda.Stream.null, 1000)  # compiled and loaded before the timing matters
     sync()
@@ -716,13 +716,12 @@ def test_a_legacy_stream_free_of_a_block_a_blocking_stream_used_waits_for_that_u
     assert user.done, f"{action} returned while the blocking stream's use was still running"
 
 
-# ---- 15. the legacy stream's blocks: no marker at the put, its order taken at the park -----------
+# ---- 15. the legacy stream's blocks: no query at the hit, a marker at every put ----------------
 
 @pytest.mark.parametrize("kind", ["pinned", "device"])
 def test_a_legacy_stream_block_is_released_only_after_the_legacy_streams_work(gpu, kind):
-    # A put on the legacy stream sets no marker (the stream outlives the cache); a release takes
-    # its order then, through the cache's blocking witness stream, and must still wait for the
-    # kernel that used the block.
+    # A put on the legacy stream sets its marker there, as on any stream; a release must wait for
+    # the kernel that used the blocks.
     cupy = require_module("cupy")
     legacy = cupy.cuda.Stream.null
     spin_on(cupy, legacy, 1000)  # compiled and loaded before the timing matters
@@ -768,31 +767,44 @@ def test_giving_legacy_stream_blocks_back_leaves_a_blocking_streams_capture_vali
 
 @pytest.mark.parametrize("mode", ["global", "thread_local"])
 @pytest.mark.parametrize("kind", ["pinned", "device", "managed"])
-def test_legacy_stream_hits_and_puts_go_on_while_a_blocking_stream_captures(gpu, kind, mode):
-    # While a blocking stream captures, the legacy stream cannot be used (its calls would join the
-    # capture), and the driver answers a capture question about it with
-    # CUDA_ERROR_STREAM_CAPTURE_IMPLICIT. A block cached on the legacy stream needs neither: its
-    # hit and its put make no call on the stream, so they are served, and the capture stays valid.
+def test_legacy_stream_hits_go_on_while_a_blocking_stream_captures_and_the_rest_is_refused_cleanly(
+        gpu, kind, mode):
+    # While a blocking stream captures, CUDA refuses any call on the legacy stream (it would join
+    # the capture), and the capture does not survive that refusal. A block cached for the legacy
+    # stream needs no call to be handed out, so hits are served. A miss, and a free (whose marker
+    # must be recorded there: front_cache.hpp, "Markers"), are refused before any call is made,
+    # naming the reason, and the capture stays valid; the refused free leaves the block the
+    # caller's, to free once the capture has ended.
     cupy = require_module("cupy")
     from gpu_helpers import captured_elsewhere
 
     mr = make(kind)
     legacy = Stream(obj=cupy.cuda.Stream.null)
-    p = mr.allocate(4 * KiB, legacy)
-    mr.deallocate(p, 4 * KiB, legacy)
+    blocks = [mr.allocate(4 * KiB, legacy) for _ in range(3)]
+    for p in blocks:
+        mr.deallocate(p, 4 * KiB, legacy)
     sync()
     before = mr.cache_info
-    assert before["blocks"] == 1, before
+    assert before["blocks"] == 3, before
+    got, refused = [], []
     with captured_elsewhere(cupy, mode, non_blocking=False) as outcome:
-        got = []
-        try:
-            for _ in range(3):
-                q = mr.allocate(4 * KiB, legacy)
-                got.append(q)
-                mr.deallocate(q, 4 * KiB, legacy)
-        except Exception as e:  # noqa: BLE001 - reported with the capture's outcome below
-            got.append(e)
-    assert outcome["capture"] == "valid", (outcome, got)
-    assert got == [p, p, p], got
+        for what, call in (("hits", lambda: got.extend(mr.allocate(4 * KiB, legacy)
+                                                       for _ in range(3))),
+                           ("miss", lambda: mr.allocate(4 * KiB, legacy)),
+                           ("free", lambda: mr.deallocate(got[0], 4 * KiB, legacy))):
+            try:
+                call()
+            except Exception as e:  # noqa: BLE001 - asserted below, with the capture's outcome
+                refused.append((what, e))
+    assert outcome["capture"] == "valid", (outcome, refused)
+    assert sorted(got) == sorted(blocks), (got, refused)
+    assert [(what, type(e)) for what, e in refused] == [
+        ("miss", asyncmr.UnsupportedError), ("free", asyncmr.CUDAError)], refused
+    for _, e in refused:
+        assert "cudaErrorStreamCaptureImplicit" in str(e) and "still valid" in str(e), e
     after = mr.cache_info
-    assert after["hits"] == before["hits"] + 3 and after["blocks"] == 1, after
+    assert after["hits"] == before["hits"] + 3 and after["blocks"] == 0, after
+    for p in got:  # the refused free changed nothing: each block is freed once, now
+        mr.deallocate(p, 4 * KiB, legacy)
+    sync()
+    assert mr.cache_info["blocks"] == 3

@@ -17,8 +17,8 @@
  *                  allocation after the first is a hit (the block freed just before, same
  *                  stream). "cache" holds the cache's counters afterwards (hits, misses).
  *       "cached_legacy" the cached way on the legacy default stream (cudaStreamLegacy), whose
- *                  puts set no marker: the stream outlives the cache, and its order is taken
- *                  when its blocks leave (front_cache.hpp, "The lasting stream").
+ *                  hits ask the driver nothing (the key is the cache's, taken when it was made);
+ *                  its puts record their marker there, as on any stream.
  *       "uncached_recording", "cached_recording" (in "rounds_ns"): the same two while the
  *                  resource records its allocation history (record_history's C++ side).
  *       "cached_stamped", "cached_stamped_written" (in "rounds_ns"): the cached way with an

@@ -180,8 +180,9 @@ cdef class _PoolResource(DeviceMemoryResource):
         Nothing is freed, and an exception says why, when the block is not this resource's to
         free: ValueError for a block of another pool (with a front cache, the driver is asked),
         a size other than the cache handed the block out with, or a second free of a cached
-        block; :class:`asyncmr.CUDAError` when the driver refuses the free (a double free, or a
-        pointer no pool handed out).
+        block; :class:`asyncmr.CUDAError` when the driver refuses the free (a double free, a
+        pointer no pool handed out, or a free on the legacy default stream while a blocking
+        stream captures: then the capture stays valid and the block is still the caller's).
         """
         cdef uintptr_t p = _to_size_t(ptr, "ptr")
         cdef size_t n = _to_size_t(nbytes, "nbytes")

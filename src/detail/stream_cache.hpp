@@ -24,11 +24,11 @@
 
 namespace asyncmr::detail {
 
-// A stream cache's own streams, made in the context of its device, which nobody captures (see
-// "Markers" and "The lasting stream" in front_cache.hpp): parked blocks are freed on `release`
-// after it waited for their streams; `witness`, a blocking stream, takes the legacy stream's
-// order (an event recorded on it follows the legacy stream's earlier work) without queuing
-// anything on the legacy stream. The cache destroys them last, after its markers.
+// A stream cache's own stream, made in the context of its device, which nobody captures (see
+// "Markers" in front_cache.hpp): parked blocks are freed on `release` after it waited for their
+// streams' markers. Also the key of that context's legacy stream, taken when it was made (the
+// driver answers no question about the legacy stream while a blocking stream captures). The
+// cache destroys the stream last, after its markers.
 struct cache_streams {
   explicit cache_streams(std::optional<int> device);
   ~cache_streams() { destroy(); }
@@ -36,8 +36,6 @@ struct cache_streams {
   cache_streams& operator=(cache_streams const&) = delete;
 
   cudaStream_t release{nullptr};
-  cudaStream_t witness{nullptr};
-  cudaEvent_t witness_event{nullptr};
   std::optional<stream_key> legacy;  // the legacy stream's key in that context
   void* context{nullptr};            // that context (CUcontext), or nullptr if none was current
 

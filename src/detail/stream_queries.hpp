@@ -33,6 +33,15 @@ namespace asyncmr::detail {
   return stream == nullptr || stream == cudaStreamLegacy;
 }
 
+/**
+ * Whether work may be queued on the legacy stream `stream` now: cudaSuccess, or the driver's
+ * refusal, cudaErrorStreamCaptureImplicit while a blocking stream of the current context
+ * captures (a call queued there then would fail and invalidate that capture). One driver call
+ * (cuStreamIsCapturing), asked before the cache's own calls on the legacy stream (a put's marker,
+ * a miss), so that they are refused instead, and the capture is left valid.
+ */
+[[nodiscard]] cudaError_t legacy_stream_open(cudaStream_t stream) noexcept;
+
 /// The stream's id, unique for the life of the process (special handles resolve to the calling
 /// thread's or current context's stream); false when neither the driver nor the runtime can say.
 [[nodiscard]] bool stream_key_of(cudaStream_t stream, stream_key& key) noexcept;

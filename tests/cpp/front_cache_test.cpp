@@ -25,7 +25,6 @@
 #include <memory>
 #include <mutex>
 #include <new>
-#include <optional>
 #include <random>
 #include <set>
 #include <shared_mutex>
@@ -874,27 +873,8 @@ struct fake_markers {
   std::map<stream_key, std::uint64_t> work;    // per stream: work submitted so far
   std::map<stream_key, std::uint64_t> waited;  // per stream: how far the release waits
   std::map<void*, std::uint64_t> last_use;     // per block: its stream's work at its free
-  int made = 0, destroyed = 0, remade = 0, marks = 0, lasting_orders = 0;
+  int made = 0, destroyed = 0, remade = 0, marks = 0;
   bool fail_mark = false, fail_order = false;
-
-  /// The same, with `k` as the lasting stream: its order is taken when its bucket is parked (the
-  /// release then waits for all the work submitted to it so far).
-  stream_markers ops_lasting(stream_key k)
-  {
-    stream_markers m = ops();
-    m.lasting        = k;
-    m.order_lasting  = [](void* c) noexcept {
-      auto& self = *static_cast<fake_markers*>(c);
-      if (self.fail_order) { return false; }
-      ++self.lasting_orders;
-      auto const k = *self.lasting;
-      self.waited[k] = std::max(self.waited[k], self.work[k]);
-      return true;
-    };
-    lasting = k;
-    return m;
-  }
-  std::optional<stream_key> lasting;
 
   stream_markers ops()
   {
@@ -1046,48 +1026,6 @@ TEST(FrontCacheMarkers, TheCacheDestroysEachMarkerOnce)
     EXPECT_EQ(fm.release(cache), 0U);
   }
   EXPECT_EQ(fm.destroyed, fm.made);
-}
-
-TEST(FrontCacheMarkers, TheLastingStreamSetsNoMarkerAndIsOrderedWhenParked)
-{
-  fake_markers fm;
-  front_cache cache{1 * MiB, 0, 0, fm.ops_lasting(7)};
-  std::size_t n = 0;
-  for (int round = 0; round < 10; ++round) {
-    for (stream_key k : {stream_key{7}, stream_key{2}}) {
-      for (int i = 0; i < 3; ++i, ++n) {
-        ASSERT_EQ(fm.free(cache, k, handed(cache, n, 4 * KiB), 4 * KiB).status, put_status::cached);
-      }
-    }
-    fm.work[7] += 2;  // the legacy stream goes on working; its blocks' uses came before
-    EXPECT_EQ(fm.release(cache, round % 2 == 1), 0U) << "a block went back before its last use";
-  }
-  EXPECT_EQ(fm.release(cache), 0U);
-  EXPECT_EQ(fm.marks, 30) << "only stream 2's puts set a marker";
-  EXPECT_GE(fm.lasting_orders, 5) << "every park of the lasting bucket takes its order";
-  EXPECT_EQ(fm.made, 1);
-  EXPECT_EQ(cache.check_invariants(), 0U);
-}
-
-TEST(FrontCacheMarkers, ALastingBucketWhoseOrderCannotBeTakenKeepsItsBlocks)
-{
-  fake_markers fm;
-  front_cache cache{1 * MiB, 0, 0, fm.ops_lasting(7)};
-  void* const p = handed(cache, 0, 4 * KiB);
-  ASSERT_EQ(fm.free(cache, 7, p, 4 * KiB).status, put_status::cached);
-  fm.fail_order = true;
-  EXPECT_EQ(cache.detach_all(), 0U);
-  EXPECT_EQ(cache.stats().parked_blocks, 0U);
-  EXPECT_EQ(cache.take(7, 4 * KiB), p) << "still cached for its own stream";
-  EXPECT_EQ(cache.check_invariants(), 0U);
-}
-
-TEST(FrontCacheMarkers, ALastingStreamWithoutAWayToOrderItIsRefused)
-{
-  fake_markers fm;
-  stream_markers m = fm.ops();
-  m.lasting        = 7;
-  EXPECT_THROW((front_cache{1 * MiB, 0, 0, m}), std::invalid_argument);
 }
 
 // ---- statistics ------------------------------------------------------------------------------

@@ -64,7 +64,8 @@
  * handles (`cudaStreamPerThread`, the legacy stream) resolve to the calling thread's / device's
  * stream, so a new stream never sees an old stream's blocks. The legacy stream of the owner's own
  * context is keyed once, when the owner is made: while a blocking stream captures, the driver
- * answers no question about the legacy stream, and a hit or put there needs none.
+ * answers no question about the legacy stream, and a hit there needs none (a put sets its marker,
+ * below, so the owner refuses it while such a capture runs, as CUDA refuses a free there).
  *
  * ## Markers
  * A stream may be destroyed the moment a free on it returns, so its order must be captured
@@ -76,16 +77,13 @@
  * frees the block on its own stream, which is always safe); a bucket whose release cannot be
  * ordered keeps its blocks cached. Without markers (the CPU tests) both steps are skipped.
  *
- * ## The lasting stream
- * A marker exists because a stream may be gone when its blocks leave. The legacy default stream
- * of a context cannot be: it lives as long as the context, and its order can be taken when its
- * bucket is parked instead of at every put. The owner names it (`stream_markers::lasting`), and
- * `order_lasting` then takes that order without queuing anything on the legacy stream itself (work
- * there from another thread would break a capture on any blocking stream of the device): the
- * owner records an event on a blocking stream of its own, which the legacy stream's implicit
- * synchronization places after every legacy-stream call made before it (probed on the H200:
- * docs/DRIVER_FACTS.md). A put on the legacy stream, the stream most CuPy, PyTorch and cuDF code
- * runs on, so makes no driver call for its marker.
+ * The legacy default stream is no exception, though it lives as long as its context: a free
+ * there is ordered after the earlier work of *every blocking stream* of the context (its implicit
+ * synchronization), so a block a kernel on a blocking stream used last may be freed there with no
+ * wait, and only an event recorded on the legacy stream at the free captures that order. (From
+ * 2026-12-03 to 12-05 the legacy stream's order was taken at the park instead, by an event on a
+ * blocking stream of the owner's: that follows the legacy stream's own work only, and such a
+ * block could go back to the pool while the kernel still ran; tests/test_cache_soundness.py.)
  *
  * ## Dead and idle streams
  * Blocks of a destroyed stream cannot be freed in its order any more. Every take and put stamps
@@ -118,7 +116,6 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
@@ -163,13 +160,6 @@ struct stream_markers {
   bool (*order)(void* context, void* marker) noexcept = nullptr;
   /// When the cache is destroyed, for each marker made.
   void (*destroy)(void* context, void* marker) noexcept = nullptr;
-  /// The key of a stream that outlives the cache and whose order the owner can take at any time
-  /// (the legacy stream of the owner's context), or none: its puts set no marker, and parking
-  /// its bucket calls `order_lasting` instead of `order` (see "The lasting stream").
-  std::optional<stream_key> lasting{};
-  /// As the lasting stream's blocks are parked: orders every free the owner makes later after
-  /// all the work queued on that stream so far. False leaves them cached.
-  bool (*order_lasting)(void* context) noexcept = nullptr;
 };
 
 /**
