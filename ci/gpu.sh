@@ -50,8 +50,8 @@
 #             destroying it then does to the stream; then ci/probes/marker_facts.cu: what a
 #             put's marker costs (cuEventRecord against stream memory writes) and how a write
 #             orders; then ci/probes/legacy_facts.cu: whether an event on a blocking stream
-#             follows the legacy stream's earlier work, also while another stream captures (what
-#             lets a put on the legacy stream skip its marker); then ci/probes/discard_facts.cu:
+#             follows the legacy stream's earlier work, also while another stream captures (it
+#             does, but not a blocking stream's: a legacy-stream put still records its marker); then ci/probes/discard_facts.cu:
 #             what a discard of part of a page does to the bytes around it, and what discarding
 #             at allocation saves over a prefetch; then ci/probes/reserve_facts.cu: what growing
 #             a pool up front costs and buys a first pass. PROBES (default "pointer managed
