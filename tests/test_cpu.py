@@ -199,10 +199,36 @@ def test_location_constructors():
     (lambda: AsyncManagedMR(cache=1, prefetch="device"), ValueError,
      r"cache must be 0 \(no cache\) or a cap in"),
     # A target that is no str is not compared with "device" (a NumPy array's == is elementwise).
-    (lambda: AsyncManagedMR(prefetch=np.array([1, 2])), ValueError,
-     r'prefetch must be None, "device", a device ordinal, "host" or an asyncmr.Location'),
-    (lambda: asyncmr.prefetch((4096, 16), np.array([1, 2])), ValueError,
-     r'to must be "device", a device ordinal, "host" or an asyncmr.Location'),
+    (lambda: AsyncManagedMR(prefetch=np.array([1, 2])), TypeError,
+     r'prefetch must be None, "device", a device ordinal, "host" or an asyncmr.Location, '
+     r"got array\(\[1, 2\]\) \(numpy\.ndarray\)"),
+    (lambda: asyncmr.prefetch((4096, 16), np.array([1, 2])), TypeError,
+     r'to must be "device", a device ordinal, "host" or an asyncmr.Location, '
+     r"got array\(\[1, 2\]\) \(numpy\.ndarray\)"),
+    # A prefetch target of the wrong type is a TypeError wherever it is taken (as device=True
+    # is), a str or ordinal of the wrong value a ValueError; each names the argument and what
+    # it got.
+    (lambda: AsyncManagedMR(prefetch=True), TypeError,
+     r'prefetch must be None, "device", a device ordinal, "host" or an asyncmr\.Location, '
+     r"got True \(bool\)"),
+    (lambda: AsyncManagedMR(prefetch=np.True_), TypeError,
+     r"prefetch must be None, .*, got (np\.)?True_? \(numpy\.bool_?\)"),
+    (lambda: AsyncManagedMR(prefetch=1.0), TypeError,
+     r"prefetch must be None, .*, got 1\.0 \(float\)"),
+    (lambda: AsyncManagedMR(prefetch=("device", 0)), TypeError,
+     r"prefetch must be None, .*, got \('device', 0\) \(tuple\)"),
+    (lambda: AsyncManagedMR(prefetch="gpu"), ValueError,
+     r'prefetch must be None, "device", a device ordinal, "host" or an asyncmr\.Location, '
+     r"got 'gpu'"),
+    (lambda: AsyncManagedMR(prefetch=-1), ValueError, r"prefetch must be in \[0, 2\*\*31\), got -1"),
+    (lambda: asyncmr.prefetch((4096, 16), to=False), TypeError,
+     r'to must be "device", a device ordinal, "host" or an asyncmr\.Location, got False \(bool\)'),
+    (lambda: asyncmr.discard_and_prefetch((4096, 16), to=None), TypeError,
+     r"to must be .*, got None \(NoneType\)"),
+    (lambda: asyncmr.advise((4096, 16), "set_accessed_by", to=0.0), TypeError,
+     r"to must be .*, got 0\.0 \(float\)"),
+    (lambda: asyncmr.advise((4096, 16), "set_accessed_by", to="cpu"), ValueError,
+     r"to must be .*, got 'cpu'"),
     (lambda: AsyncManagedMR(location=Location.host_numa(0)), ValueError,
      "managed pools are located on a device, the host, or nowhere"),
     (lambda: AsyncManagedMR(location=Location.host_numa_current(), pool="new"), ValueError,

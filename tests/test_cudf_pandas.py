@@ -117,12 +117,19 @@ def test_the_door_options_become_install_keywords():
     ({"libcudf_prefetch": 0}, "libcudf_prefetch must be a bool, got int"),
     ({"cache": "x"}, "cache"),
     ({"discard": 1}, "discard must be a bool"),
+    ({"prefetch": True}, r"prefetch must be None, .*, got True \(bool\)"),
 ])
 def test_install_checks_its_arguments_before_it_looks_for_cudf(kwargs, match):
     # "no" turned libcudf's prefetching on; every argument is checked before cuDF is imported,
     # so a wrong one is named whether cuDF is there or not.
     with pytest.raises(TypeError, match=match):
         door.install(**kwargs)
+
+
+def test_install_checks_the_prefetch_value_before_it_looks_for_cudf():
+    with pytest.raises(ValueError, match=r"prefetch must be None, .*, got 'gpu'"):
+        door.install(prefetch="gpu")
+    assert door._installed is None
 
 
 @pytest.mark.skipif(HAVE_CUDF, reason="not applicable: cuDF is installed here")

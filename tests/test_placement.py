@@ -166,7 +166,7 @@ def test_an_array_interface_item_size_must_be_decimal_digits(typestr):
 def test_a_bad_target_is_refused_before_cuda():
     with pytest.raises(ValueError, match=r'to must be "device", a device ordinal, "host"'):
         asyncmr.prefetch((4096, 16), to="gpu")
-    with pytest.raises(ValueError, match="to must be .*got True"):
+    with pytest.raises(TypeError, match=r"to must be .*got True \(bool\)"):
         asyncmr.discard_and_prefetch((4096, 16), to=True)
     with pytest.raises(ValueError, match=r"to must be in \[0, 2\*\*31\), got -1"):
         asyncmr.prefetch((4096, 16), to=-1)
