@@ -86,26 +86,21 @@ cdef optional[int] to_ordinal(value, what) except *:
 cdef location_t _prefetch_target(value, optional[int] device, name="prefetch") except *:
     """AsyncManagedMR's ``prefetch`` and the placement calls' ``to``: "device" (the resource's
     device: ``device``, else the current one), a device ordinal, "host", or a
-    :class:`Location`."""
+    :class:`Location` (checked by ``_validate.target``, which names the argument)."""
     cdef location_t loc
-    if isinstance(value, Location):
-        if not (value.kind == "device" or value.is_host):  # named as the argument it came in
-            raise ValueError(f"{name} must be a device or the host, got {value!r}")
-        return to_location(value)
-    # Compared only as a str: a NumPy array's == is elementwise, and its truth ambiguous.
-    if isinstance(value, str) and value == "device":
+    # The resource's option may be unset (None, taken by the caller): its message says so.
+    where = _validate.target(name, value, unset=name == "prefetch")
+    if isinstance(where, Location):
+        return to_location(where)
+    if where == "device":
         loc.kind = LocationKind.device
         loc.id = device.value() if device.has_value() else c_current_device()
-    elif isinstance(value, str) and value == "host":
+    elif where == "host":
         loc.kind = LocationKind.host
         loc.id = 0
-    elif _validate.integer(value) is not None:
-        loc.kind = LocationKind.device
-        loc.id = _validate.ordinal(name, value)
     else:
-        unset = "None, " if name == "prefetch" else ""  # the resource's option may be unset
-        raise ValueError(f'{name} must be {unset}"device", a device ordinal, "host" or an '
-                         f"asyncmr.Location, got {value!r}")
+        loc.kind = LocationKind.device
+        loc.id = where
     return loc
 
 

@@ -77,8 +77,8 @@ def advise(obj, advice, to="device"):
     Managed *pool* memory takes no advice on the drivers measured (every kind is refused:
     docs/DRIVER_FACTS.md): then :class:`asyncmr.UnsupportedError` says what works instead (the
     pool's ``location``, ``set_access``, :func:`prefetch`). Advice works on ``cudaMallocManaged``
-    memory. ValueError for an unknown advice or a bad ``to`` (before any CUDA call), and for
-    memory that is not managed.
+    memory. ValueError for an unknown advice or a bad ``to`` (TypeError for a ``to`` of the
+    wrong type), before any CUDA call, and for memory that is not managed.
     """
     if not isinstance(advice, str) or advice not in ADVICE:
         raise ValueError(f"asyncmr: advise: advice must be one of {ADVICE}, got {advice!r}")

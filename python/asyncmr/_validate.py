@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import operator
+import reprlib
 from collections.abc import Mapping
 
 UINT64_MAX = 2**64 - 1
@@ -127,3 +128,28 @@ def handle(value) -> int:
     if not 0 < value <= UINT64_MAX:
         raise ValueError(f"pool handle must be a non-zero 64-bit address, got {value}")
     return value
+
+
+def target(name: str, value, *, unset: bool = False):
+    """A place to move managed memory to (AsyncManagedMR's ``prefetch``, the placement calls'
+    ``to``): "device", "host", a device ordinal or a :class:`Location` of a device or the host.
+    Returns "device", "host", the ordinal as an int, or the Location. ``unset``: the message
+    says None is accepted too (the caller takes it). TypeError for a value of another type
+    (a bool or a float is no ordinal), ValueError for a str or ordinal that names no target;
+    both name ``name`` and the value."""
+    from asyncmr._location import Location  # it imports this module
+
+    expected = (f'{name} must be {"None, " if unset else ""}"device", a device ordinal, "host" '
+                "or an asyncmr.Location")
+    if isinstance(value, Location):
+        if not (value.kind == "device" or value.is_host):
+            raise ValueError(f"{name} must be a device or the host, got {value!r}")
+        return value
+    if isinstance(value, str):  # compared only as a str: a NumPy array's == is elementwise
+        if value in ("device", "host"):
+            return value
+        raise ValueError(f"{expected}, got {value!r}")
+    one = integer(value)
+    if one is None:
+        raise TypeError(f"{expected}, got {reprlib.repr(value)} ({type_name(value)})")
+    return ordinal(name, one)

@@ -49,7 +49,7 @@ def install(*, pool: Any = "default", prefetch: Any = None, discard: bool = Fals
     once per process)."""
     global _installed, _installed_options
     # Checked before cuDF is looked for, so a wrong argument is named wherever this runs (the
-    # pool and the prefetch target are the resource's to judge).
+    # pool is the resource's to judge, and the prefetch target's device too).
     for name, flag in (("libcudf_prefetch", libcudf_prefetch), ("discard", discard)):
         if not isinstance(flag, bool):
             raise TypeError(f"asyncmr.cudf_pandas.install: {name} must be a bool, got "
@@ -57,6 +57,8 @@ def install(*, pool: Any = "default", prefetch: Any = None, discard: bool = Fals
     _validate.size("release_threshold", release_threshold)
     _validate.size("reserve", reserve, optional=False)
     _validate.size("cache", cache)
+    if prefetch is not None:
+        _validate.target("prefetch", prefetch, unset=True)
     wanted = {"pool": pool, "prefetch": prefetch, "discard": discard,
               "release_threshold": release_threshold, "reserve": reserve, "cache": cache,
               "libcudf_prefetch": libcudf_prefetch}
