@@ -133,6 +133,14 @@ def test_location_constructors():
     (lambda: MemPool.default(Location.host(), "shared"), ValueError, "unknown allocation_type"),
     (lambda: MemPool.default("host", "pinned"), TypeError, "location must be"),
     (lambda: MemPool.create(Location.host(), "pinned", max_size=-1), ValueError, "max_size"),
+    # cudaMemPoolCreate refuses any max_size for managed memory (docs/DRIVER_FACTS.md): said
+    # before the driver is looked for, whatever the location.
+    (lambda: MemPool.create(Location.device(0), "managed", max_size=64 << 20), ValueError,
+     "managed pools cannot be bounded: .*leave max_size at 0"),
+    (lambda: MemPool.create(Location.host(), asyncmr.AllocationType.managed,
+                            max_size=np.uint64(1)), ValueError, "managed pools cannot be bounded"),
+    (lambda: MemPool.create(Location.device(0), "managed", max_size="1"), TypeError,
+     "max_size must be an int number of bytes, got str"),
     (lambda: MemPool.create(Location.host(), "pinned", export_handle_types=-1), ValueError,
      "export_handle_types must be in"),
     (lambda: MemPool.create(Location.host(), "pinned", export_handle_types="posix"), ValueError,
@@ -261,6 +269,7 @@ def test_bad_arguments_fail_before_cuda(call, exc, match):
     lambda: AsyncDeviceMR(pool="new"),
     lambda: MemPool.default(Location.device(0), "device"),
     lambda: MemPool.create(Location.host(), "pinned"),
+    lambda: MemPool.create(Location.device(0), "managed", max_size=0),
     lambda: asyncmr.device_count(),
 ])
 def test_no_gpu_message(no_gpu, call):

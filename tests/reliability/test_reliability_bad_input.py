@@ -317,6 +317,8 @@ CASES = [
       r"out of memory allocating 1125899906842624 bytes of device memory", api_error=True),
     C("create-max-size-negative", lambda c: MemPool.create(DEV0, "device", max_size=-1),
       ValueError, r"max_size must be in \[0, 2\*\*64\), got -1", cpu=True),
+    C("create-managed-max-size", lambda c: MemPool.create(DEV0, "managed", max_size=64 * MiB),
+      ValueError, r"managed pools cannot be bounded", cpu=True),
     C("create-threshold-oversized",
       lambda c: MemPool.create(HOST, "pinned", release_threshold=2**64), ValueError,
       r"release_threshold must be in", cpu=True),
