@@ -193,6 +193,13 @@ mem_pool mem_pool::current(asyncmr::location location, allocation_type type)
 
 mem_pool mem_pool::create(pool_properties const& props)
 {
+  // cudaMemPoolCreate refuses any maxSize for managed memory (cudaErrorInvalidValue,
+  // docs/DRIVER_FACTS.md): said before the driver is looked for, as the combinations are.
+  if (props.type == allocation_type::managed && props.max_size != 0) {
+    throw std::invalid_argument{
+      "asyncmr: managed pools cannot be bounded: cudaMemPoolCreate refuses a max_size for "
+      "managed memory (cudaErrorInvalidValue); leave max_size at 0"};
+  }
   detail::relaxed_capture_guard guard;
   auto const path = detail::checked_path(props.location, props.type, pool_source::new_pool);
   cudaMemPoolProps p{};
@@ -205,13 +212,6 @@ mem_pool mem_pool::create(pool_properties const& props)
   auto const status    = detail::create_pool(&handle, p, path);
   std::string const what = std::string{to_string(props.type)} + " pool at " +
                            props.location.to_string();
-  if (status == cudaErrorInvalidValue && props.type == allocation_type::managed &&
-      props.max_size != 0) {
-    detail::clear_own_error(status);
-    throw std::invalid_argument{
-      "asyncmr: managed pools cannot be bounded: cudaMemPoolCreate refuses a max_size for "
-      "managed memory (cudaErrorInvalidValue); leave max_size at 0"};
-  }
   if (status == cudaErrorInvalidValue && props.export_handle_types != 0) {
     detail::clear_own_error(status);
     throw std::invalid_argument{

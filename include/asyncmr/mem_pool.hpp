@@ -52,6 +52,7 @@ struct pool_properties {
   allocation_type type{allocation_type::device};               ///< what the pool hands out
   asyncmr::location location{asyncmr::location::device(0)};    ///< where its memory lives
   std::size_t max_size{0};  ///< upper bound on the pool's reserved bytes; 0 = driver's default
+                            ///< (managed pools: 0 only; create throws std::invalid_argument)
   /// `cudaMemAllocationHandleType` bits the pool's memory can be exported with; 0 = none.
   int export_handle_types{0};
   /// Release threshold in bytes; unset = the maximum (the pool keeps what it reserved).

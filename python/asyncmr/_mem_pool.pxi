@@ -54,7 +54,8 @@ cdef class MemPool:
                export_handle_types=None):
         """A new pool owned by the returned object (``cudaMemPoolCreate``).
 
-        ``max_size`` bounds the pool's reserved bytes (0: the driver's default);
+        ``max_size`` bounds the pool's reserved bytes (0: the driver's default; managed pools
+        take only 0, ValueError otherwise);
         ``release_threshold`` in bytes defaults to the maximum (keep what was reserved);
         ``export_handle_types`` makes the pool shareable with other processes: "posix_fd"
         (see :meth:`export_fd`), "fabric", a list of those, or an int of
