@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """What a machine without a GPU can check: import, class hierarchy, validation, messages."""
 
+import enum
 import re
 from pathlib import Path
 
@@ -294,6 +295,87 @@ def test_numpy_integers_are_taken_where_ints_are(no_gpu, call):
     # Valid: they pass every check and reach the device, which this machine lacks.
     with pytest.raises(asyncmr.NoDeviceError):
         call()
+
+
+class _Gpu(enum.IntEnum):
+    """A user's own int enum, whose members are ints a device ordinal was read from."""
+    main = 1
+    zero = 0
+
+
+# The message: the argument, the member and its type (asyncmr's enums live in asyncmr._core).
+def _member(name, repr_, kind):
+    return rf"{name}.*, got {re.escape(repr_)} \({kind}\)"
+
+
+def _install(**kwargs):
+    import asyncmr.cudf_pandas
+
+    return asyncmr.cudf_pandas.install(**kwargs)
+
+
+_LK, _TARGET = r"asyncmr\.(_core\.)?LocationKind", r'must be .*"device", a device ordinal'
+
+
+@pytest.mark.parametrize("call, match", [
+    # A prefetch target: LocationKind.host (2) was read as device 2, LocationKind.device as 1.
+    (lambda: AsyncManagedMR(prefetch=asyncmr.LocationKind.host),
+     _member("prefetch " + _TARGET, "<LocationKind.host: 2>", _LK)),
+    (lambda: AsyncManagedMR(prefetch=_Gpu.zero), _member("prefetch", "<_Gpu.zero: 0>",
+                                                         r"test_cpu\._Gpu")),
+    (lambda: asyncmr.prefetch((4096, 16), to=asyncmr.LocationKind.device),
+     _member("to " + _TARGET, "<LocationKind.device: 1>", _LK)),
+    (lambda: asyncmr.discard_and_prefetch((4096, 16), to=asyncmr.AccessMode.read),
+     _member("to", "<AccessMode.read: 1>", r"asyncmr\.(_core\.)?AccessMode")),
+    (lambda: asyncmr.advise((4096, 16), "set_accessed_by", to=asyncmr.PoolSource.current),
+     _member("to", "<PoolSource.current: 1>", r"asyncmr\.(_core\.)?PoolSource")),
+    (lambda: _install(prefetch=asyncmr.LocationKind.host),
+     _member("prefetch", "<LocationKind.host: 2>", _LK)),
+    # device=, numa_node=, accessible_from= (alone or in a list), MemPool's devices.
+    (lambda: AsyncDeviceMR(asyncmr.LocationKind.device),
+     _member("device must be an int", "<LocationKind.device: 1>", _LK)),
+    (lambda: AsyncManagedMR(device=_Gpu.main),
+     _member("device", "<_Gpu.main: 1>", "test_cpu._Gpu")),
+    (lambda: AsyncPinnedMR(numa_node=_Gpu.zero),
+     _member("numa_node", "<_Gpu.zero: 0>", "test_cpu._Gpu")),
+    (lambda: AsyncPinnedMR(accessible_from=_Gpu.main),
+     _member("accessible_from", "<_Gpu.main: 1>", "test_cpu._Gpu")),
+    (lambda: AsyncManagedMR(accessible_from=[0, _Gpu.main]),
+     _member("accessible_from device", "<_Gpu.main: 1>", "test_cpu._Gpu")),
+    (lambda: MemPool.__new__(MemPool).set_access([_Gpu.zero]),
+     _member("device", "<_Gpu.zero: 0>", "test_cpu._Gpu")),
+    (lambda: MemPool.__new__(MemPool).access(_Gpu.zero),
+     _member("device", "<_Gpu.zero: 0>", "test_cpu._Gpu")),
+    # Locations: the class methods, and a Location built directly (judged where it is used).
+    (lambda: Location.device(asyncmr.LocationKind.host),
+     _member("device ordinal must be an int", "<LocationKind.host: 2>", _LK)),
+    (lambda: Location.host_numa(_Gpu.main),
+     _member("NUMA node", "<_Gpu.main: 1>", "test_cpu._Gpu")),
+    (lambda: MemPool.create(Location("device", _Gpu.main), "device"),
+     _member("device id", "<_Gpu.main: 1>", "test_cpu._Gpu")),
+    (lambda: asyncmr.pool_support(Location("host_numa", _Gpu.zero), "pinned"),
+     _member("host_numa id", "<_Gpu.zero: 0>", "test_cpu._Gpu")),
+    (lambda: AsyncManagedMR(prefetch=Location("device", asyncmr.LocationKind.device)),
+     _member("device id", "<LocationKind.device: 1>", _LK)),
+    (lambda: asyncmr._core.device_facts(_Gpu.main),
+     _member("device", "<_Gpu.main: 1>", "test_cpu._Gpu")),
+], ids=["managed-prefetch-LocationKind", "managed-prefetch-user-enum", "prefetch-to",
+        "discard_and_prefetch-to", "advise-to", "cudf_pandas-install-prefetch", "device-device",
+        "managed-device", "pinned-numa_node", "pinned-accessible_from",
+        "managed-accessible_from-list", "MemPool-set_access", "MemPool-access",
+        "Location-device", "Location-host_numa", "MemPool-create-Location", "pool_support-Location",
+        "managed-prefetch-Location", "device_facts"])
+def test_an_enum_member_is_never_taken_as_a_device_ordinal(call, match):
+    # An IntEnum member is an int, so it was read as the device (or NUMA node) its value
+    # numbers; it is refused as b3c30c1 refuses one as a pool handle, before any CUDA call.
+    with pytest.raises(TypeError, match=match):
+        call()
+
+
+def test_ints_stay_device_ordinals_where_enum_members_are_refused():
+    assert Location.device(np.int64(1)) == Location.device(1)
+    assert asyncmr._validate.devices([np.uint8(0), 1]) == (False, [0, 1])
+    assert asyncmr._validate.target("to", np.int32(3)) == 3
 
 
 def test_numpy_integers_make_locations_of_python_ints():
