@@ -87,12 +87,13 @@ cdef object _support_result(const support& s):
     return PoolPath(path).name, ""
 
 
-def device_facts(int device):
-    """What ``device`` offers that decides which pools it can have, as asyncmr reads it (the
-    facts the support decision uses): ``memory_pools``, ``concurrent_managed_access``,
-    ``host_memory_pools``, ``host_numa_memory_pools`` (attributes a runtime cannot name are
-    read by number; unknown counts as supported, and the driver answers at pool creation)."""
-    cdef platform p = current_platform(device)
+def device_facts(device):
+    """What ``device`` (an ordinal) offers that decides which pools it can have, as asyncmr
+    reads it (the facts the support decision uses): ``memory_pools``,
+    ``concurrent_managed_access``, ``host_memory_pools``, ``host_numa_memory_pools``
+    (attributes a runtime cannot name are read by number; unknown counts as supported, and the
+    driver answers at pool creation)."""
+    cdef platform p = current_platform(<int>_validate.ordinal("device", device))
     return {"memory_pools": p.device.memory_pools,
             "concurrent_managed_access": p.device.concurrent_managed_access,
             "host_memory_pools": p.device.host_memory_pools,

@@ -45,8 +45,17 @@ def as_integer(value, what: str, kind: str = "an int") -> int:
     return out
 
 
+def not_a_number(expected: str, value) -> None:
+    """TypeError ``"{expected}, got <member> (<type>)"`` for an enum member: a name, never the
+    number it is (an IntEnum member is an int: ``LocationKind.host`` would be device 2)."""
+    if isinstance(value, enum.Enum):
+        raise TypeError(f"{expected}, got {reprlib.repr(value)} ({type_name(value)}): an enum "
+                        "member is a name, not a number")
+
+
 def ordinal(what: str, value) -> int:
-    """A device ordinal or NUMA node: an int in [0, 2**31)."""
+    """A device ordinal or NUMA node: an int in [0, 2**31), never an enum member."""
+    not_a_number(f"{what} must be an int", value)
     value = as_integer(value, what)
     if not 0 <= value < 2**31:
         raise ValueError(f"{what} must be in [0, 2**31), got {value}")
@@ -72,7 +81,7 @@ def devices(value, what: str = "accessible_from",
             item: str = "accessible_from device") -> tuple[bool, list[int]]:
     """``accessible_from`` (or ``what``, each of its ordinals named ``item``): "all", a device
     ordinal, or an iterable of ordinals (not bytes, whose items are ints, nor a mapping, whose
-    keys are).
+    keys are; no enum member is an ordinal).
 
     Returns (all_devices, ordinals).
     """
@@ -81,6 +90,7 @@ def devices(value, what: str = "accessible_from",
         if value != "all":
             raise ValueError(f"{expected}, got {value!r}")
         return True, []
+    not_a_number(expected, value)
     one = integer(value)
     if one is not None:
         return False, [ordinal(item, one)]
@@ -135,8 +145,8 @@ def target(name: str, value, *, unset: bool = False):
     ``to``): "device", "host", a device ordinal or a :class:`Location` of a device or the host.
     Returns "device", "host", the ordinal as an int, or the Location. ``unset``: the message
     says None is accepted too (the caller takes it). TypeError for a value of another type
-    (a bool or a float is no ordinal), ValueError for a str or ordinal that names no target;
-    both name ``name`` and the value."""
+    (a bool, a float or an enum member is no ordinal), ValueError for a str or ordinal that
+    names no target; both name ``name`` and the value."""
     from asyncmr._location import Location  # it imports this module
 
     expected = (f'{name} must be {"None, " if unset else ""}"device", a device ordinal, "host" '
@@ -149,6 +159,7 @@ def target(name: str, value, *, unset: bool = False):
         if value in ("device", "host"):
             return value
         raise ValueError(f"{expected}, got {value!r}")
+    not_a_number(expected, value)
     one = integer(value)
     if one is None:
         raise TypeError(f"{expected}, got {reprlib.repr(value)} ({type_name(value)})")
