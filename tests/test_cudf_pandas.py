@@ -133,11 +133,52 @@ def test_install_checks_the_prefetch_value_before_it_looks_for_cudf():
 
 
 @pytest.mark.skipif(HAVE_CUDF, reason="not applicable: cuDF is installed here")
-def test_without_cudf_the_door_says_what_to_install(capsys):
+def test_without_cudf_install_says_what_to_install():
     with pytest.raises(ImportError, match="needs cuDF .*cudf-cu13"):
         door.install()
+
+
+def test_without_cudf_the_runner_says_what_to_install(gpu, capsys):
+    # On a GPU host: without one the runner says that first (the next test).
+    if HAVE_CUDF:
+        not_applicable("cuDF is installed here")
     assert door.main(["script.py"]) == 2
     assert "needs cuDF" in capsys.readouterr().err
+
+
+def _run_door(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "asyncmr", "cudf-pandas", *args],
+                          capture_output=True, text=True, timeout=240,
+                          env={**os.environ, **(env or {})})
+
+
+def _one_line_error(proc, code, says):
+    """The runner failed with exit ``code`` and one line on stderr that ``says`` the problem:
+    no traceback, and the script never ran (it prints)."""
+    assert proc.returncode == code, describe(proc)
+    assert proc.stdout == "", describe(proc)
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"asyncmr cudf-pandas: {says}"), describe(proc)
+
+
+@pytest.mark.parametrize("options", [[], ["--prefetch", "device", "--reserve", "1048576"]])
+def test_without_a_usable_gpu_the_runner_says_so_in_one_line(tmp_path, options):
+    # Runs on GPU hosts too: CUDA_VISIBLE_DEVICES="" hides every device from the child. The
+    # device is looked for before cuDF (installing cuDF would not help), and its lack has an
+    # exit status of its own: 2 is a wrong option or a missing library, 1 the script's failure.
+    script = tmp_path / "script.py"
+    script.write_text("print('the script ran')\n")
+    proc = _run_door(*options, str(script), env={"CUDA_VISIBLE_DEVICES": ""})
+    _one_line_error(proc, 3, "no usable CUDA device: asyncmr: ")
+
+
+def test_a_reservation_the_gpu_cannot_hold_is_one_line_and_its_own_status(gpu, tmp_path):
+    if not HAVE_CUDF and os.environ.get("ASYNCMR_REQUIRE_CUDF") != "1":
+        not_applicable("cuDF is not installed (ci/gpu.sh's cudf stage installs it)")
+    script = tmp_path / "script.py"
+    script.write_text("print('the script ran')\n")
+    proc = _run_door("--reserve", str(1 << 50), str(script))  # 1 PiB of managed memory
+    _one_line_error(proc, 4, "out of memory setting up the pool: ")
 
 
 WORKLOAD = r'''
