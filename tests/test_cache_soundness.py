@@ -579,6 +579,63 @@ def test_an_allocation_the_pool_cannot_serve_gets_the_cached_memory_back(gpu):
     sync()
 
 
+def test_an_allocation_gets_memory_back_whose_frees_were_queued_before_it_ran_out(gpu):
+    # A release that another thread began has taken the cached blocks out and queued their frees
+    # behind their stream's kernel: the cache holds nothing, the pool still counts the memory as
+    # used. An allocation that runs out of memory then must still wait for those frees and try
+    # again, not say "nothing to give back" (a review finding of 2026-12-05: the retry was made
+    # only when blocks were still cached).
+    cupy = require_module("cupy")
+    spin_on(cupy, cupy.cuda.Stream.null, 1000)  # compiled and loaded before the timing matters
+    sync()
+    pool = MemPool.create(Location.device(0), "device", max_size=64 * MiB)
+    mr = AsyncDeviceMR(pool=pool, cache=64 * MiB)
+    a = cupy.cuda.Stream(non_blocking=True)
+    ra, b = Stream(obj=a), Stream()
+    blocks = [mr.allocate(MiB, ra) for _ in range(48)]
+    spin_on(cupy, a)  # the blocks' last use
+    for p in blocks:
+        mr.deallocate(p, MiB, ra)
+    releasing = threading.Thread(target=mr.release_cache)
+    releasing.start()
+    deadline = time.monotonic() + 10
+    while mr.cache_info["blocks"] != 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    try:
+        assert mr.cache_info["blocks"] == 0, mr.cache_info
+        assert not a.done, "the kernel ended before the test could allocate: no window"
+        big = mr.allocate(24 * MiB, b)  # fits once the queued frees have run
+        mr.deallocate(big, 24 * MiB, b)
+    finally:
+        releasing.join(60)
+    b.synchronize()
+
+
+def test_a_closed_pools_uncached_block_is_freed_through_its_cached_resource(gpu):
+    # close() parks a pool whose blocks are still out; their frees must still be taken, or the
+    # pool stays parked for good. A block the cache never recorded (above its largest class) is
+    # freed to the pool after the driver is asked whose it is, and the answer, the pool itself,
+    # was compared with the closed pool's handle (null): "another pool's" (a review finding of
+    # 2026-12-05). A recorded block freed after close goes to the pool too, not into the cache.
+    from asyncmr._core import _parked_pools
+    before = _parked_pools()
+    pool = MemPool.create(Location.device(0), "device")
+    mr = AsyncDeviceMR(pool=pool, cache=64 * MiB)
+    s = Stream()
+    big = mr.allocate(2 * MiB, s)  # above the largest class: never recorded
+    small = mr.allocate(4 * KiB, s)  # recorded
+    pool.close()
+    assert _parked_pools() == before + 1
+    mr.deallocate(big, 2 * MiB, s)
+    mr.deallocate(small, 4 * KiB, s)
+    assert mr.cache_info["blocks"] == 0, mr.cache_info
+    s.synchronize()
+    deadline = time.monotonic() + 10
+    while _parked_pools() != before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _parked_pools() == before, "the closed pool stayed parked after its blocks were freed"
+
+
 # ---- 13. giving cached blocks back never breaks another thread's capture -------------------------------
 
 def give_back_while_capturing(cupy, holder, action, *, mode, non_blocking, whose):
@@ -791,6 +848,7 @@ def test_legacy_stream_hits_go_on_while_a_blocking_stream_captures_and_the_rest_
         for what, call in (("hits", lambda: got.extend(mr.allocate(4 * KiB, legacy)
                                                        for _ in range(3))),
                            ("miss", lambda: mr.allocate(4 * KiB, legacy)),
+                           ("uncached miss", lambda: mr.allocate(2 * MiB, legacy)),
                            ("free", lambda: mr.deallocate(got[0], 4 * KiB, legacy))):
             try:
                 call()
@@ -799,7 +857,8 @@ def test_legacy_stream_hits_go_on_while_a_blocking_stream_captures_and_the_rest_
     assert outcome["capture"] == "valid", (outcome, refused)
     assert sorted(got) == sorted(blocks), (got, refused)
     assert [(what, type(e)) for what, e in refused] == [
-        ("miss", asyncmr.UnsupportedError), ("free", asyncmr.CUDAError)], refused
+        ("miss", asyncmr.UnsupportedError), ("uncached miss", asyncmr.UnsupportedError),
+        ("free", asyncmr.CUDAError)], refused
     for _, e in refused:
         assert "cudaErrorStreamCaptureImplicit" in str(e) and "still valid" in str(e), e
     after = mr.cache_info
