@@ -221,27 +221,27 @@ free_result free_to_pool(void* ptr, cudaStream_t stream) noexcept
 
 void* allocate_giving_caches_back(mem_pool const& pool, std::size_t bytes, cudaStream_t stream)
 {
-  std::size_t given = 0;
+  caches_given_back given;
   try {
     return pool.allocate_async(bytes, stream);
   } catch (rmm::out_of_memory const& e) {
     // A cache must never be the reason an allocation fails: the caches on this pool may hold
     // what it needs.
     given = release_caches_of(pool.handle_or_null(), nullptr);
-    if (given == 0) {
+    if (given.caches == 0) {
       throw rmm::out_of_memory{std::string{e.what()} +
-                               "; front caches on this pool: nothing cached to give back"};
+                               "; front caches on this pool: none to give memory back"};
     }
   }
   try {
     return pool.allocate_async(bytes, stream);
   } catch (rmm::out_of_memory const& again) {
     throw rmm::out_of_memory{std::string{again.what()} + "; front caches on this pool: " +
-                             std::to_string(given) + " cached blocks given back, still short"};
+                             std::to_string(given.blocks) + " cached blocks given back, still short"};
   }
 }
 
-std::size_t release_caches_of(cudaMemPool_t pool, stream_cache const* except) noexcept
+caches_given_back release_caches_of(cudaMemPool_t pool, stream_cache const* except) noexcept
 {
   // The weak pointers are copied under the lock and locked after it: a cache whose last owner
   // goes meanwhile is destroyed here, and its destruction (which lets the GIL go and takes it
@@ -255,14 +255,17 @@ std::size_t release_caches_of(cudaMemPool_t pool, stream_cache const* except) no
   } catch (...) {  // NOLINT(bugprone-empty-catch): no host memory: nothing to ask
   }
   r.lock.unlock();
-  std::size_t released = 0;
+  caches_given_back given;
   for (auto const& weak : all) {
     auto const c = weak.lock();
     if (!c || c.get() == except || c->pool_handle() != pool) { continue; }
     std::size_t const before = c->stats().cached_blocks;
-    if (c->release() == cudaSuccess) { released += before; }
+    if (c->release() == cudaSuccess) {
+      ++given.caches;
+      given.blocks += before;
+    }
   }
-  return released;
+  return given;
 }
 
 namespace {
@@ -332,6 +335,7 @@ void cache_streams::destroy() noexcept
 
 stream_cache::stream_cache(mem_pool pool, std::size_t cap, std::optional<int> device)
   : pool_{std::move(pool)},
+    made_for_{pool_.handle_or_null()},
     device_{device},
     streams_{device},
     cache_{cap,
@@ -420,9 +424,15 @@ void* stream_cache::allocate(cudaStream_t stream, std::size_t bytes, bool* hit)
     return ptr;
   }
   std::size_t const cls = cache_.class_size(bytes);
-  if (cls == 0) { return allocate_giving_caches_back(pool_, bytes, stream); }
+  if (cls == 0) {
+    refuse_if_legacy_closed(stream, bytes);
+    return allocate_giving_caches_back(pool_, bytes, stream);
+  }
   stream_key key{};
-  if (!key_for(stream, key)) { return pool_.allocate_async(bytes, stream); }
+  if (!key_for(stream, key)) {
+    refuse_if_legacy_closed(stream, bytes);
+    return pool_.allocate_async(bytes, stream);
+  }
   if (pool_.closed()) {
     throw pool_closed_error{"asyncmr: allocating from a memory pool that was closed"};
   }
@@ -445,11 +455,15 @@ void* stream_cache::allocate(cudaStream_t stream, std::size_t bytes, bool* hit)
     } catch (rmm::out_of_memory const&) {  // NOLINT(bugprone-empty-catch): try the others
     }
     if (ptr == nullptr) {
+      // Retried after any release that waited: one also waits for frees queued before it (by
+      // the reclaimer, or a release on another thread) whose blocks the cache no longer counts.
       std::size_t const before = cache_.stats().cached_blocks;
-      if (release() == cudaSuccess) { given += before; }
-      given += release_caches_of(pool_.handle_or_null(), this);
+      bool const own_released  = release() == cudaSuccess;
+      if (own_released) { given += before; }
+      auto const others = release_caches_of(pool_.handle_or_null(), this);
+      given += others.blocks;
       try {
-        if (given != 0) { ptr = pool_.allocate_async(cls, stream); }
+        if (own_released || others.caches != 0) { ptr = pool_.allocate_async(cls, stream); }
       } catch (rmm::out_of_memory const& again) {
         auto const s = cache_.stats();
         throw rmm::out_of_memory{std::string{again.what()} + "; front cache: cached " +
@@ -482,8 +496,10 @@ free_result stream_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t
       return {free_status::driver_refused, error, 0};
     }
   }
+  // A closed pool's blocks go back to it, never into the cache: the pool is parked until they
+  // have, and hits are refused anyway.
   stream_key key{};
-  bool const into_cache = !in_capture(stream) && key_for(stream, key);
+  bool const into_cache = !pool_.closed() && !in_capture(stream) && key_for(stream, key);
   put_result const put =
     into_cache ? cache_.put(key, ptr, bytes, stream) : cache_.unrecord(ptr, bytes);
   // A block the record let go of is the pool's only once the driver takes its free.
@@ -513,7 +529,9 @@ free_result stream_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t
   // Not a block the cache handed out (an uncacheable size, a block of an uncached sibling, one the
   // record had no room for): the pool's, unless the driver names another pool. Memory that no
   // pool handed out names none, and the driver judges its free.
-  if (auto const owner = pool_of_pointer(ptr); owner && *owner != nullptr && *owner != pool_.handle_or_null()) {
+  // Compared with the handle the pool had when the cache was made: a closed pool has none now,
+  // and its blocks must still be taken (it is destroyed once they are).
+  if (auto const owner = pool_of_pointer(ptr); owner && *owner != nullptr && *owner != made_for_) {
     return {free_status::not_this_resource, cudaSuccess, 0};
   }
   return free_to_pool(ptr, stream);

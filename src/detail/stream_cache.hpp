@@ -92,17 +92,26 @@ class stream_cache final : public std::enable_shared_from_this<stream_cache> {
   // context, whichever thread drops the last owner (the reclaimer's has none of its own).
   std::optional<active_context_scope> ending_;
   mem_pool pool_;
+  cudaMemPool_t made_for_;  // pool_'s driver handle when the cache was made (before any close)
   std::optional<int> device_;
   cache_streams streams_;
   front_cache cache_;
 };
 
+/// What `release_caches_of` did: how many caches' releases waited for their frees (every free
+/// they had queued, also those of blocks they no longer counted as cached), and how many blocks
+/// were still cached when each began.
+struct caches_given_back {
+  std::size_t caches{0};
+  std::size_t blocks{0};
+};
+
 /**
  * Gives the memory every live cache on `pool` holds back to it (`stream_cache::release`); for an
- * allocation from `pool` that ran out of memory. `except` is skipped (already asked). Returns
- * how many blocks went back.
+ * allocation from `pool` that ran out of memory, which is worth trying again whenever a release
+ * waited (`caches` != 0). `except` is skipped (already asked).
  */
-std::size_t release_caches_of(cudaMemPool_t pool, stream_cache const* except) noexcept;
+[[nodiscard]] caches_given_back release_caches_of(cudaMemPool_t pool, stream_cache const* except) noexcept;
 
 /**
  * `pool.allocate_async(bytes, stream)`; when the pool runs out of memory, the caches on it give
