@@ -59,7 +59,8 @@
 #   before    the defect tests on the code before their fix: BEFORE_TAR (default
 #             .before/tree.tar, made here with `git archive -o .before/tree.tar <commit>`; the
 #             tree must hold the tests) is built into its own site and its soundness tests run
-#             there (BEFORE_TESTS, default tests/test_cache_soundness.py tests/test_ipc.py), Python
+#             there (BEFORE_TESTS, default tests/test_cache_soundness.py tests/test_ipc.py: paths,
+#             split at spaces; BEFORE_K: a pytest -k expression, kept whole), Python
 #             and C++ (BEFORE_CPP=0: Python only); BEFORE_TESTS=none only builds it (for compare). Their failures are the
 #             evidence the tests can fail: logged, and they do not fail the run
 #   compare   the pair costs (benchmark section 1, quick; COMPARE_SECTIONS=1,11 adds the front
@@ -493,7 +494,8 @@ if has before; then
         # Expected to fail: not counted in the status.
         say "before: the soundness tests on the code before the fix (failures expected)"
         (cd /tmp/before && PYTHONPATH="/tmp/site-before:$site" timeout 300 python3 -m pytest \
-           ${BEFORE_TESTS:-tests/test_cache_soundness.py tests/test_ipc.py} -q -rs -p no:cacheprovider \
+           ${BEFORE_TESTS:-tests/test_cache_soundness.py tests/test_ipc.py} ${BEFORE_K:+-k "$BEFORE_K"} \
+           -q -rs -p no:cacheprovider \
            --timeout 40) 2>&1 | tee -a "$log"
         [ "${BEFORE_CPP:-1}" = 0 ] || (cd /tmp/before && PYTHONPATH="$site" cmake -S . -B build/cpp -G Ninja \
            -DASYNCMR_BUILD_PYTHON=OFF -DASYNCMR_BUILD_TESTS=ON -DASYNCMR_TEST_CUDA_ARCHITECTURES=90 \
