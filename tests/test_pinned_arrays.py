@@ -99,6 +99,21 @@ def test_a_subarray_dtypes_fill_value_broadcasts_to_the_expanded_shape():
         pinned_full(3, [1, 2, 3], ("f4", (2,)))
 
 
+@pytest.mark.parametrize("shape", [{}, {3: "a"}, {0: "a"}, {2, 3}, {0}, frozenset({0}),
+                                   iter([0]), (d for d in (2, 0))],
+                         ids=["empty-dict", "dict", "dict-0", "set", "set-0", "frozenset",
+                              "iterator", "generator"])
+def test_a_shape_that_is_not_a_sequence_is_refused_as_numpy_does(shape):
+    # numpy.empty refuses these ("expected a sequence of integers or a single integer"): a
+    # mapping's keys, a set's items in no set order, an iterator used up by the check.
+    for call in (pinned_empty, pinned_zeros, lambda s: pinned_full(s, 0.0),
+                 lambda s: pinned_empty_like(np.zeros(0), shape=s),
+                 lambda s: asyncmr.PinnedBlock(0).as_array(s, np.uint8)):
+        with pytest.raises(TypeError, match=r"shape must be an int or a sequence of ints, got "
+                                            rf"{type(shape).__name__}$"):
+            call(shape)
+
+
 @pytest.mark.parametrize("order", ["", "cf", "CF", "FC", "AK", "FA", "KA", "CA", "A", "K", "Ca",
                                    None, 1, b"C"])
 def test_an_order_other_than_c_or_f_is_refused_naming_it(order):
