@@ -37,6 +37,8 @@ from __future__ import annotations
 import ctypes
 import sys
 import threading
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 
 import numpy as np
 
@@ -193,7 +195,11 @@ def _check_shape(shape) -> tuple[int, ...]:
     elif isinstance(shape, bool):
         raise TypeError("shape must be an int or a sequence of ints, got bool")
     else:
+        # As numpy.empty: a mapping (its keys), a set (no order) or an iterator (used up here)
+        # is no sequence of dimensions.
         try:
+            if isinstance(shape, (Mapping, AbstractSet)) or iter(shape) is shape:
+                raise TypeError
             items = tuple(shape)
         except TypeError:
             raise TypeError(
