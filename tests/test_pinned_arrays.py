@@ -7,8 +7,10 @@ the pool (its used bytes rise and fall back when they die), copies from and into
 CuPy and with explicit-kind cudaMemcpyAsync carry the right data.
 """
 
+import copy
 import ctypes
 import gc
+import pickle
 import re
 import sys
 import threading
@@ -170,6 +172,22 @@ def test_a_block_over_a_host_buffer_gives_views_of_it(host_block):
     aligned = np.dtype([("x", "i4"), ("y", "f8")], align=True)
     s = host_block.as_array((3,), aligned)
     assert s.dtype == aligned and s.shape == (3,) and s.ctypes.data == host_block.ptr
+
+
+@pytest.mark.parametrize("how", ["copy", "deepcopy"] + [f"pickle-{p}" for p in
+                                                          range(pickle.HIGHEST_PROTOCOL + 1)])
+def test_a_block_is_never_copied_or_pickled(host_block, how):
+    # A copy would be a second owner of the allocation: each frees it when it dies, and the
+    # second free goes to memory the pool may have handed to someone else by then (a pickle
+    # names the address in another process). The empty block is refused alike.
+    for block in (host_block, asyncmr.PinnedBlock(0)):
+        with pytest.raises(TypeError, match="PinnedBlock .*cannot be copied or pickled"):
+            if how == "copy":
+                copy.copy(block)
+            elif how == "deepcopy":
+                copy.deepcopy(block)
+            else:
+                pickle.dumps(block, protocol=int(how.split("-")[1]))
 
 
 def test_threads_viewing_one_block_each_get_the_layout_they_asked_for(host_block):
