@@ -330,6 +330,11 @@ class PinnedBlock:
                              f"{self.size}")
         return _view(self, shape, dtype, order)
 
+    def __reduce_ex__(self, protocol):
+        # copy, deepcopy and pickle all come here: a copy would free the allocation again.
+        raise TypeError("a PinnedBlock owns its allocation and cannot be copied or pickled "
+                        "(copy the array over it instead: numpy.array(a) or a.copy())")
+
     def __repr__(self):
         return f"PinnedBlock(ptr={self.ptr:#x}, size={self.size}, mr={self.mr!r})"
 
