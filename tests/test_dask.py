@@ -53,6 +53,35 @@ def test_plugin_arguments_are_checked(kwargs, exc, match):
         amd.AsyncMRPlugin(**kwargs)
 
 
+@pytest.mark.parametrize("kwargs,what", [
+    (dict(kind=1), "kind"), (dict(kind=None), "kind"), (dict(kind=["managed"]), "kind"),
+    (dict(kind=b"managed"), "kind"), (dict(name=5), "name"), (dict(name=None), "name"),
+    (dict(name=b"asyncmr"), "name"),
+])
+def test_a_plugin_argument_of_the_wrong_type_is_a_type_error(kwargs, what):
+    # As pool=5, cupy="yes" and release_threshold=1.5 are: a wrong type is a TypeError naming
+    # the argument and the type, a wrong str a ValueError.
+    got = type(kwargs[what])
+    with pytest.raises(TypeError, match=rf"^{what} must be .*, got {got.__name__}$"):
+        amd.AsyncMRPlugin(**kwargs)
+
+
+@pytest.mark.parametrize("name,exc", [(5, TypeError), (None, TypeError), ("", ValueError)])
+def test_the_helpers_check_the_plugin_name_before_they_ask_the_cluster(name, exc):
+    # A name no plugin can have was sent to every worker, each answering LookupError (or, for
+    # the recording and the phase, once the with block began).
+    client = object()  # never asked: the name is refused first
+    calls = [lambda: amd.pool_state(client, name=name), lambda: amd.peaks(client, name=name),
+             lambda: amd.reset_peaks(client, name=name),
+             lambda: amd.trim_to(client, 0, name=name),
+             lambda: amd.track_peaks(client, name=name),
+             lambda: amd.record_history(client, name=name),
+             lambda: amd.worker_resource(client, name=name)]
+    for call in calls:
+        with pytest.raises(exc, match="^name must be a non-empty str, got "):
+            call()
+
+
 def test_plugin_settings_and_pickling():
     plugin = amd.AsyncMRPlugin("device", pool="new", release_threshold="1 GiB", cupy=False)
     assert (plugin.kind, plugin.pool, plugin.release_threshold, plugin.cupy) == (
