@@ -52,6 +52,7 @@ except ImportError as _missing:  # pragma: no cover - depends on the environment
 
 from asyncmr._exceptions import AsyncMRError
 from asyncmr._validate import size as _size
+from asyncmr._validate import type_name as _type_name
 
 __all__ = [
     "AsyncMRPlugin",
@@ -86,6 +87,15 @@ _RMM_SETUP_OPTIONS = (
 class ResourceConflictError(AsyncMRError):
     """RMM's current device resource on a worker was already configured by someone else
     (dask-cuda's ``rmm_*`` options, a preload, another plugin)."""
+
+
+def _name(name) -> str:
+    """A plugin's name: a non-empty str (TypeError for another type, ValueError for "")."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a non-empty str, got {_type_name(name)}")
+    if not name:
+        raise ValueError("name must be a non-empty str, got ''")
+    return name
 
 
 def _threshold(value):
@@ -140,13 +150,15 @@ class AsyncMRPlugin(WorkerPlugin):
 
     def __init__(self, kind="managed", *, pool="default", release_threshold=None, cupy=True,
                  replace_existing=False, name=DEFAULT_NAME):
+        if not isinstance(kind, str):
+            raise TypeError(f"kind must be one of {KINDS}, got {_type_name(kind)}")
         if kind == "pinned":
             raise ValueError(
                 "kind='pinned' is not offered: as RMM's device resource, pool pinned memory "
                 "fails every copy that names a direction (Dask moves CuPy data with those); "
                 "use asyncmr.cupy.set_pinned_allocator or asyncmr.pinned_empty on the "
                 "worker for pinned staging")
-        if not isinstance(kind, str) or kind not in KINDS:
+        if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         if not isinstance(pool, str):
             raise TypeError(
@@ -157,8 +169,7 @@ class AsyncMRPlugin(WorkerPlugin):
         for flag, value in (("cupy", cupy), ("replace_existing", replace_existing)):
             if not isinstance(value, bool):
                 raise TypeError(f"{flag} must be a bool, got {type(value).__name__}")
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"name must be a non-empty str, got {name!r}")
+        _name(name)
         self.kind = kind
         self.pool = pool
         self.release_threshold = _threshold(release_threshold)
@@ -265,6 +276,7 @@ def conflict_message(resource_type: str, rmm_setup=None, worker: str | None = No
 def worker_resource(worker=None, name: str = DEFAULT_NAME):
     """The asyncmr resource the plugin ``name`` installed on ``worker`` (default: the worker
     this runs on, from inside a task or ``client.run``)."""
+    _name(name)
     if worker is None:
         from distributed import get_worker
 
@@ -400,19 +412,19 @@ def pool_state(client, *, name: str = DEFAULT_NAME, workers=None):
     ``CUDA_VISIBLE_DEVICES``), the resource type, whether it is RMM's current device resource,
     the pool handle, and every pool attribute the driver answers (bytes for sizes). A pandas
     DataFrame if pandas is importable, else a list of dicts."""
-    return _table(_run(client, _state_on_worker, name, workers=workers))
+    return _table(_run(client, _state_on_worker, _name(name), workers=workers))
 
 
 def reset_peaks(client, *, name: str = DEFAULT_NAME, workers=None) -> None:
     """Reset the used and reserved high-water marks of every worker's pool (the start of a
     phase). A shared pool's marks count every user in that worker process."""
-    _run(client, _reset_on_worker, name, workers=workers)
+    _run(client, _reset_on_worker, _name(name), workers=workers)
 
 
 def peaks(client, *, name: str = DEFAULT_NAME, workers=None):
     """Every worker's ``used_mem_high`` and ``reserved_mem_high`` (bytes) since the last
     :func:`reset_peaks`, one row per worker."""
-    return _table(_run(client, _peaks_on_worker, name, workers=workers))
+    return _table(_run(client, _peaks_on_worker, _name(name), workers=workers))
 
 
 def _open_on_workers(client, workers, start, stop, *args, stop_args=None) -> list[str]:
@@ -456,7 +468,7 @@ class PhasePeaks:
     an inner one's (see :class:`asyncmr.PeakTracker`)."""
 
     def __init__(self, client, name: str = DEFAULT_NAME, workers=None):
-        self._client, self._name, self._workers = client, name, workers
+        self._client, self._name, self._workers = client, _name(name), workers
         self._phase = uuid.uuid4().hex
         self._open: list[str] = []
         self.table = None
@@ -496,7 +508,7 @@ def trim_to(client, min_bytes_to_keep: int = 0, *, name: str = DEFAULT_NAME, wor
     On a shared pool this trims for every user in the worker process.
     """
     keep = _size("min_bytes_to_keep", min_bytes_to_keep, optional=False)
-    return _table(_run(client, _trim_on_worker, name, keep, workers=workers))
+    return _table(_run(client, _trim_on_worker, _name(name), keep, workers=workers))
 
 
 class ClusterHistory:
@@ -511,7 +523,7 @@ class ClusterHistory:
         from asyncmr._recorder import check_arguments
 
         max_events = check_arguments(max_events, stacks)
-        self._client, self._name, self._workers = client, name, workers
+        self._client, self._name, self._workers = client, _name(name), workers
         self._max_events, self._stacks = max_events, stacks
         self._open: list[str] = []
         self.histories: dict = {}
