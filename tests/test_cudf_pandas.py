@@ -132,6 +132,23 @@ def test_install_checks_the_prefetch_value_before_it_looks_for_cudf():
     assert door._installed is None
 
 
+@pytest.mark.parametrize("kwargs, exc, match", [
+    ({"discard": True}, ValueError, "discard needs a prefetch target"),
+    ({"pool": 3.5}, TypeError, "pool must be 'default', 'current', 'new', .*got float"),
+    ({"pool": None}, TypeError, "pool must be .*got NoneType"),
+    ({"pool": "shared"}, ValueError, "pool must be 'default', .*got 'shared'"),
+    ({"cache": 5}, ValueError, r"cache must be 0 \(no cache\) or a cap in \[256 B, 1 PiB\]"),
+    ({"reserve": 10, "release_threshold": 5}, ValueError,
+     r"reserve \(10 bytes\) is above the pool's release threshold \(5 bytes\)"),
+])
+def test_install_refuses_what_the_resource_refuses_before_it_looks_for_cudf(kwargs, exc, match):
+    # AsyncManagedMR refuses each of these before any CUDA call; install() must say so wherever
+    # it runs, not "needs cuDF" where cuDF is missing (installing it would not help).
+    with pytest.raises(exc, match=match):
+        door.install(**kwargs)
+    assert door._installed is None
+
+
 @pytest.mark.skipif(HAVE_CUDF, reason="not applicable: cuDF is installed here")
 def test_without_cudf_install_says_what_to_install():
     with pytest.raises(ImportError, match="needs cuDF .*cudf-cu13"):
