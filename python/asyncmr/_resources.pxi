@@ -40,6 +40,42 @@ cdef enum:
     _GIL_NEVER = 2
 
 
+cdef object _common_options(pool, release_threshold, cache, reserve,
+                           resource_options* options):
+    """The options every resource takes, into ``options``: which pool, the release threshold,
+    the bytes reserved up front and the front cache's cap (bytes; None or 0: none). Returns
+    the pool to adopt (an int handle or a MemPool), or None."""
+    options.release_threshold = to_bytes("release_threshold", release_threshold)
+    options.reserve = _validate.size("reserve", reserve, optional=False)
+    cap = _validate.size("cache", cache)
+    options.cache = 0 if cap is None else cap
+    options.source = PoolSource.default_pool  # what an adopted pool is reached as
+    adopted = None
+    if isinstance(pool, PoolSource):
+        options.source = pool
+    elif isinstance(pool, MemPool):
+        adopted = pool
+    else:
+        name, adopted = _validate.pool(pool)
+        if adopted is None:
+            options.source = POOL_SOURCES[name]
+    return adopted
+
+
+def _check_managed_options(*, pool="default", release_threshold=None, reserve=0, cache=None,
+                           prefetch=None, discard=False):
+    """Raises what ``AsyncManagedMR(pool=..., ...)`` with these options refuses before any CUDA
+    call, and makes nothing (cudf_pandas.install asks before it looks for cuDF)."""
+    cdef resource_options o
+    if not isinstance(discard, bool):
+        raise TypeError(f"discard must be a bool, got {_validate.type_name(discard)}")
+    _common_options(pool, release_threshold, cache, reserve, &o)
+    o.discard = discard
+    check_fields(AllocationType.managed, o, prefetch is not None)
+    if prefetch is not None:
+        _validate.target("prefetch", prefetch, unset=True)
+
+
 cdef class _PoolResource(DeviceMemoryResource):
     """What the three resources share: the pool, its control surface and the allocation path.
 
@@ -58,20 +94,7 @@ cdef class _PoolResource(DeviceMemoryResource):
         MemPool), the release threshold, the bytes reserved up front and the front cache's cap
         (bytes; None or 0: none). The C++ constructor checks them all again, with the rest,
         before any pool changes."""
-        options.release_threshold = to_bytes("release_threshold", release_threshold)
-        options.reserve = _validate.size("reserve", reserve, optional=False)
-        cap = _validate.size("cache", cache)
-        options.cache = 0 if cap is None else cap
-        options.source = PoolSource.default_pool  # what an adopted pool is reached as
-        adopted = None
-        if isinstance(pool, PoolSource):
-            options.source = pool
-        elif isinstance(pool, MemPool):
-            adopted = pool
-        else:
-            name, adopted = _validate.pool(pool)
-            if adopted is None:
-                options.source = POOL_SOURCES[name]
+        adopted = _common_options(pool, release_threshold, cache, reserve, options)
         self._adopt = NULL
         self._adopted = adopted  # an int is adopted by _adopt_pool, once every option is checked
 

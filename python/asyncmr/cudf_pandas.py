@@ -37,6 +37,7 @@ from typing import Any
 import asyncmr
 from asyncmr import AsyncManagedMR
 from asyncmr import _validate
+from asyncmr._core import _check_managed_options
 from asyncmr._validate import ascii_digits
 
 __all__ = ["install", "main"]
@@ -54,17 +55,14 @@ def install(*, pool: Any = "default", prefetch: Any = None, discard: bool = Fals
     the installed resource (a different configuration raises RuntimeError: cudf.pandas is set up
     once per process)."""
     global _installed, _installed_options
-    # Checked before cuDF is looked for, so a wrong argument is named wherever this runs (the
-    # pool is the resource's to judge, and the prefetch target's device too).
+    # Checked before cuDF is looked for, so a wrong argument is named wherever this runs: all
+    # the resource refuses before any CUDA call (the prefetch target's device is the driver's).
     for name, flag in (("libcudf_prefetch", libcudf_prefetch), ("discard", discard)):
         if not isinstance(flag, bool):
             raise TypeError(f"asyncmr.cudf_pandas.install: {name} must be a bool, got "
                             f"{_validate.type_name(flag)}")
-    _validate.size("release_threshold", release_threshold)
-    _validate.size("reserve", reserve, optional=False)
-    _validate.size("cache", cache)
-    if prefetch is not None:
-        _validate.target("prefetch", prefetch, unset=True)
+    _check_managed_options(pool=pool, release_threshold=release_threshold, reserve=reserve,
+                           cache=cache, prefetch=prefetch, discard=discard)
     wanted = {"pool": pool, "prefetch": prefetch, "discard": discard,
               "release_threshold": release_threshold, "reserve": reserve, "cache": cache,
               "libcudf_prefetch": libcudf_prefetch}
