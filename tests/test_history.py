@@ -1238,3 +1238,39 @@ def test_the_committed_demo_recording_has_only_str_keys_and_no_sets():
                 todo += v
     assert hist.load(Path(__file__).resolve().parent.parent / "docs" / "images" /
                      "demo-history.pickle").events
+
+
+MEMO_CHILD = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # the test's host survives a failure
+from asyncmr import history
+try:
+    history.load(sys.argv[1])
+    print("LOADED")
+except ValueError as e:
+    print("REFUSED", e)
+print("PEAK", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+@pytest.mark.parametrize("put", [
+    b"r" + (1 << 26).to_bytes(4, "little"),        # LONG_BINPUT: 1 GiB of memo, loaded
+    b"r" + (2**31 - 1).to_bytes(4, "little"),      # LONG_BINPUT: 32 GiB
+    b"p4294967295\n",                              # PUT, decimal: 64 GiB
+], ids=["LONG_BINPUT 2**26", "LONG_BINPUT 2**31-1", "PUT 2**32-1"])
+def test_a_memo_index_past_the_files_size_is_refused_before_unpickling(tmp_path, put):
+    # CPython's unpickler grows its memo to twice the index a PUT names, as an array: a history
+    # with one LONG_BINPUT of 2**31 - 1 (5 bytes) made it allocate 32 GiB. A pickler numbers its
+    # memo from 0, one entry per value written, so an index past the file's size is none of ours.
+    body = pickle.dumps({"asyncmr": {"header": _plain_header(), "events": [_plain_event()]}},
+                        protocol=2)
+    assert body.startswith(b"\x80\x02")
+    path = tmp_path / "memo.pickle"
+    path.write_bytes(body[:2] + b"N" + put + b"0" + body[2:])  # None, memoized, popped
+    run = _run_bounded(["-c", MEMO_CHILD, str(path)], seconds=60)
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith(f"REFUSED asyncmr: {path} is not a history file: it names memo "
+                               f"index "), run.stdout
+    assert "past the file's size" in lines[0], run.stdout
+    assert int(lines[1].split()[1]) < 512, run.stdout  # peak MiB: nothing near the index's size
