@@ -4,7 +4,9 @@ viewer reads, read back as plain values only, after a check that they do not nes
 a history does (CPython's C unpickler hashes a dict key, and Python prints and compares values,
 recursively: a tuple nested a million deep killed the interpreter) and that every value the
 unpickler hashes is one whose hash costs its bytes (a tuple of shared tuples, 61 levels deep,
-hashes in 2**60 steps; ints chosen to share a hash make a dict quadratic)."""
+hashes in 2**60 steps; ints chosen to share a hash make a dict quadratic), and that no memo
+index it puts is past its size (the unpickler's memo is an array as long as twice the index:
+5 bytes asked for 32 GiB)."""
 
 from __future__ import annotations
 
@@ -97,15 +99,26 @@ def _opcode_table() -> bytes:
 _OPCODES = _opcode_table()
 
 
-def _scan(data: bytes) -> tuple[int, int]:
-    """nesting(data), and the offset of the first opcode that hashes a value other than a str,
-    bytes, a bool, None or an int of at most 4 bytes (a dict key, a set item), or -1."""
+def _scan(data: bytes) -> tuple[int, int, int]:
+    """nesting(data); the offset of the first opcode that hashes a value other than a str,
+    bytes, a bool, None or an int of at most 4 bytes (a dict key, a set item), or -1; and the
+    offset of the first memo put of an index not below len(data), or -1."""
     from asyncmr._core import _pickle_nesting
 
-    deepest, hashed_at = _pickle_nesting(data, _OPCODES, MAX_NESTING)
+    deepest, hashed_at, memo_at = _pickle_nesting(data, _OPCODES, MAX_NESTING)
     if deepest < 0:
         raise ValueError("not a pickle")
-    return int(deepest), int(hashed_at)
+    return int(deepest), int(hashed_at), int(memo_at)
+
+
+def _memo_index(data: bytes, at: int) -> int:
+    """The index the memo put (PUT, BINPUT or LONG_BINPUT) at offset `at` names."""
+    if data[at:at + 1] == pickle.BINPUT:
+        return data[at + 1]
+    if data[at:at + 1] == pickle.LONG_BINPUT:
+        return int.from_bytes(data[at + 1:at + 5], "little")
+    digits = data[at + 1:data.index(b"\n", at)]  # PUT: ASCII digits (the scan checked them)
+    return int(digits) if len(digits) <= 30 else 10**30
 
 
 def nesting(data: bytes) -> int:
@@ -177,7 +190,7 @@ def read_plain_pickle(path: object, what: str, why: str) -> tuple[Any, int]:
     finally:
         os.close(fd)
     try:
-        deepest, hashed_at = _scan(raw)
+        deepest, hashed_at, memo_at = _scan(raw)
     except ValueError:
         # Never unpickled unscanned (a file the scan cannot read went to the unpickler, which
         # read it, and crashed): pickletools says what is wrong, building nothing.
@@ -186,6 +199,14 @@ def read_plain_pickle(path: object, what: str, why: str) -> tuple[Any, int]:
     if deepest > MAX_NESTING:
         raise ValueError(f"asyncmr: {name} is not {what}: it nests values deeper than "
                          f"{MAX_NESTING} levels ({why})")
+    if memo_at >= 0:
+        # CPython's unpickler grows its memo, an array, to twice the index put.
+        index = _memo_index(raw, memo_at)
+        shown = f"{index}" if index < 10**30 else "of more than 30 digits"
+        raise ValueError(f"asyncmr: {name} is not {what}: it names memo index {shown} at byte "
+                         f"{memo_at}, past the file's size ({len(raw)} bytes; a pickler numbers "
+                         f"its memo from 0, and the unpickler would allocate memory for every "
+                         f"index up to it; {why})")
     if hashed_at >= 0:
         # The unpickler hashes a key as it reads it, in C, before any check here could run.
         raise ValueError(f"asyncmr: {name} is not {what}: it has a dict key or set item that is "

@@ -61,7 +61,11 @@ enum pickle_memo_arg : std::uint8_t { memo_none = 0, memo_text = 1, memo_u1 = 2,
  * without end); -1 when `data` is not a pickle `table` (256 rows of `pickle_table_row` bytes)
  * describes: an unknown opcode, an argument past the end, a pop from an empty stack, no STOP.
  * `*hashed_at` is set to the offset of the first opcode that hashes (as a dict key or set item)
- * a value not pushed by an `op_hashable_atom` opcode, if any; the scan reads on regardless.
+ * a value not pushed by an `op_hashable_atom` opcode, if any; `*memo_at` to the offset of the
+ * first memo put (PUT, BINPUT, LONG_BINPUT) of an index not below `n`: CPython's unpickler grows
+ * its memo, an array, to twice the index put, and a pickler numbers its memo from 0, one entry
+ * per value written, so such an index is a file's way to make a few bytes allocate gigabytes.
+ * The scan reads on regardless of either.
  *
  * Linear in `data`'s size, in time and memory: a container a memo GET or a DUP names again can
  * be filled after another container took it (a list memoized empty, appended to a tuple, then
@@ -74,7 +78,8 @@ inline long long pickle_nesting(unsigned char const* data,
                                 std::size_t n,
                                 unsigned char const* table,
                                 long long limit,
-                                long long* hashed_at)
+                                long long* hashed_at,
+                                long long* memo_at)
 {
   // Stack (and memo) entries: >= 0 the depth of a value nothing else names, -1 a mark, -2 a
   // hashable atom (depth 0), below -2 a value the memo or a DUP may name twice,
@@ -221,13 +226,18 @@ inline long long pickle_nesting(unsigned char const* data,
           index = data[at];
         } else if (memo_arg == memo_u4) {
           index = read_le(at, 4);
-        } else {  // decimal text up to the newline
+        } else {  // decimal text up to the newline (saturating: a longer one is past `n`)
           index = 0;
           for (std::size_t k = at; k + 1 < end; ++k) {
             if (data[k] < '0' || data[k] > '9') { return -1; }
-            index = index * 10 + (data[k] - '0');
+            std::uint64_t const digit = data[k] - '0';
+            constexpr std::uint64_t top = std::numeric_limits<std::uint64_t>::max();
+            index = index > (top - digit) / 10 ? top : index * 10 + digit;
           }
         }
+      }
+      if (what == op_put && index >= n && *memo_at < 0) {
+        *memo_at = static_cast<long long>(at) - 1;
       }
       if (what == op_get) {
         long long const entry = memo_get(index);
