@@ -5,6 +5,7 @@ what is outstanding, the PyTorch snapshot it makes, its files, the timeline and 
 The events here are synthetic, shaped like the recorder's (src/pool_history.cpp): the GPU tests
 of the recording itself are with the resources' tests."""
 
+import enum
 import math
 import pickle
 import pickletools
@@ -1274,3 +1275,51 @@ def test_a_memo_index_past_the_files_size_is_refused_before_unpickling(tmp_path,
                                f"index "), run.stdout
     assert "past the file's size" in lines[0], run.stdout
     assert int(lines[1].split()[1]) < 512, run.stdout  # peak MiB: nothing near the index's size
+
+
+def test_a_save_that_fails_leaves_the_file_it_would_replace_as_it_was(tmp_path):
+    # A value pickle cannot write, in a key the history keeps as it is: the save raised after
+    # it had cut the file it replaced to its first 64 kB frame, a history no longer.
+    path = tmp_path / "h.pickle"
+    events = [_plain_event(time_ns=t) for t in range(1, 2001)]
+    History(_plain_header(stacks="none"), events).save(path)
+    before = path.read_bytes()
+    with pytest.raises(Exception) as failed:
+        History(_plain_header(stacks="none", note=lambda: 0), events).save(path)
+    assert len(path.read_bytes()) == len(before) and path.read_bytes() == before
+    assert failed.type is TypeError and "asyncmr: " in str(failed.value), failed.value
+    assert "function" in str(failed.value), failed.value
+    assert len(hist.load(path)) == 2000
+    with pytest.raises(TypeError, match=r"function"):
+        hist.save_many(tmp_path / "many.pickle",
+                       {"w": History(_plain_header(stacks="none", note=print), events)})
+    assert not (tmp_path / "many.pickle").exists()
+
+
+class Ordinal(enum.IntEnum):  # at module level: pickle writes it by name
+    gpu0 = 0
+
+
+def _not_plain_values():
+    np = pytest.importorskip("numpy")
+    return [
+        ("Ordinal", lambda: History(_plain_header(device=Ordinal.gpu0), [_plain_event()])),
+        ("str_", lambda: History(_plain_header(stacks=np.str_("none")), [_plain_event()])),
+        ("str_", lambda: History(_plain_header(phases=[
+            {"name": np.str_("load"), "start_ns": 1, "end_ns": None}]), [_plain_event()])),
+        ("float64", lambda: History(_plain_header(), [_plain_event(note=np.float64(0.5))])),
+    ]
+
+
+@pytest.mark.parametrize("index", range(4), ids=["IntEnum device", "numpy str stacks",
+                                                 "numpy str phase name",
+                                                 "numpy float in an event"])
+def test_save_refuses_a_value_its_own_load_would_refuse(tmp_path, index):
+    # An int or str subclass passes History's checks, and pickle writes it by its class, which
+    # load refuses to import: save wrote a file no asyncmr could read back.
+    type_name, make = _not_plain_values()[index]
+    h = make()
+    path = tmp_path / "h.pickle"
+    with pytest.raises(TypeError, match=rf"asyncmr: .*{type_name}"):
+        h.save(path)
+    assert not path.exists()
