@@ -164,9 +164,29 @@ def check_history_cost(where: str, raw: object, budget: int) -> int:
     return budget
 
 
+class _PlainPickler(pickle.Pickler):
+    """Writes only plain values, what _PlainUnpickler reads back: pickle writes any other value
+    by its class (an IntEnum member, a NumPy str or float too, which pass for an int, a str or a
+    float), into a file load refuses."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        # Called for every value but None, bools and exact ints, floats, str, bytes, dicts,
+        # lists, tuples, sets and frozensets (pickle's own fast path).
+        kind = type(obj)
+        name = kind.__qualname__ if kind.__module__ == "builtins" else \
+            f"{kind.__module__}.{kind.__qualname__}"
+        raise TypeError(f"asyncmr: a history file holds only plain values (dict, list, tuple, "
+                        f"str, bytes, int, float, bool, None), got a {name}")
+
+
 def write_pickle(path: object, data: dict[str, Any]) -> None:
-    with open(checked_path(path), "wb") as f:
-        pickle.dump(data, f, protocol=PICKLE_PROTOCOL)
+    """Pickles `data` whole before the file is opened: a value that cannot be written raises
+    TypeError with the file untouched (writing as it pickled cut a file it replaced short)."""
+    path = checked_path(path)
+    buffer = io.BytesIO()
+    _PlainPickler(buffer, protocol=PICKLE_PROTOCOL).dump(data)
+    with open(path, "wb") as f:
+        f.write(buffer.getbuffer())
 
 
 def read_plain_pickle(path: object, what: str, why: str) -> tuple[Any, int]:

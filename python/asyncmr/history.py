@@ -284,7 +284,11 @@ class History:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Writes :meth:`snapshot` to ``path`` as a pickle (what PyTorch's viewer loads; pickle
-        protocol 4, the newest it reads). :func:`load` reads it back."""
+        protocol 4, the newest it reads). :func:`load` reads it back.
+
+        Raises TypeError, writing nothing, for a value :func:`load` would refuse (only plain
+        values are written: dict, list, tuple, str, bytes, int, float, bool, None; not an
+        IntEnum member or a NumPy scalar, in a key beyond the format's too)."""
         write_pickle(path, self.snapshot())
 
     def _raw(self) -> dict[str, Any]:
@@ -495,6 +499,7 @@ def save_many(path: str | os.PathLike[str], histories: Mapping[str, History]) ->
 
     PyTorch's viewer does not open this file (its snapshot has one trace per device, not per
     worker); ``load_many(path)[worker].save(p)`` writes one worker's snapshot that it opens.
+    Raises TypeError, writing nothing, for a value that is not plain (as :meth:`History.save`).
     """
     write_pickle(path, gather(histories))
 
