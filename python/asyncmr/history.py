@@ -68,20 +68,20 @@ def _int(where: str, value: object, minimum: int = 0, maximum: int = _UINT64_MAX
         raise ValueError(f"asyncmr: {where} must be >= {minimum}, got {value}")
     if value > maximum:
         raise ValueError(f"asyncmr: {where} must be <= {maximum}, got {value}")
-    return value
+    return int(value)  # the plain int of a subclass (an IntEnum member), which saves as one
 
 
 def _str(where: str, value: object) -> str:
     if not isinstance(value, str):
         raise _type_error(where, "a str", value)
-    return value
+    return str.__str__(value)  # the plain str of a subclass (a NumPy str)
 
 
 def _choice(where: str, value: object, choices: Sequence[str]) -> str:
-    if _str(where, value) not in choices:
+    if (text := _str(where, value)) not in choices:
         raise ValueError(f"asyncmr: {where} is {value!r}; expected one of "
                          f"{', '.join(map(repr, choices))}")
-    return str(value)
+    return text
 
 
 def _typed(where: str, value: Any, types: type | tuple[type, ...], what: str) -> Any:
@@ -92,42 +92,42 @@ def _typed(where: str, value: Any, types: type | tuple[type, ...], what: str) ->
 
 def _check_header(header: object) -> dict[str, Any]:
     h = _typed("header", header, Mapping, "a dict")
-    out = dict(h)  # keys this version does not know are kept
-    version = _int("header['version']", _get("header", h, "version"))
+    out = dict(h)  # keys this version does not know are kept; those it knows, as plain values
+    out["version"] = version = _int("header['version']", _get("header", h, "version"))
     if version != VERSION:
         raise ValueError(f"asyncmr: header['version'] is {version}; this asyncmr reads "
                          f"version {VERSION}")
-    kind = _choice("header['kind']", _get("header", h, "kind"), KINDS)
-    _int("header['pool']", _get("header", h, "pool"), 1)
+    out["kind"] = kind = _choice("header['kind']", _get("header", h, "kind"), KINDS)
+    out["pool"] = _int("header['pool']", _get("header", h, "pool"), 1)
     device = _get("header", h, "device")
-    if device is not None:
-        _int("header['device']", device, maximum=_MAX_DEVICE)  # a CUDA device ordinal
+    if device is not None:  # a CUDA device ordinal
+        out["device"] = device = _int("header['device']", device, maximum=_MAX_DEVICE)
     if (kind == "device") != (device is not None) and kind != "managed":
         raise ValueError(f"asyncmr: header['device'] is {device} for a {kind} pool: a device "
                          f"pool's memory is on a device (an int), a pinned pool's on the host "
                          f"(None)")
-    _int("header['max_events']", _get("header", h, "max_events"))
-    _int("header['dropped']", _get("header", h, "dropped"))
-    _choice("header['stacks']", _get("header", h, "stacks"), STACKS)
+    for key in ("max_events", "dropped"):
+        out[key] = _int(f"header[{key!r}]", _get("header", h, key))
+    out["stacks"] = _choice("header['stacks']", _get("header", h, "stacks"), STACKS)
     phases = []
     listed = _typed("header['phases']", _get("header", h, "phases"), (list, tuple), "a list")
     for i, phase in enumerate(listed):
         where = f"header['phases'][{i}]"
-        p = _typed(where, phase, Mapping, "a dict")
-        _str(f"{where}['name']", _get(where, p, "name"))
-        start = _int(f"{where}['start_ns']", _get(where, p, "start_ns"))
-        end = _get(where, p, "end_ns")
-        if end is not None and _int(f"{where}['end_ns']", end) < start:
+        p = dict(_typed(where, phase, Mapping, "a dict"))
+        p["name"] = _str(f"{where}['name']", _get(where, p, "name"))
+        p["start_ns"] = start = _int(f"{where}['start_ns']", _get(where, p, "start_ns"))
+        if (end := _get(where, p, "end_ns")) is not None:
+            p["end_ns"] = end = _int(f"{where}['end_ns']", end)
+        if end is not None and end < start:
             raise ValueError(f"asyncmr: {where}['end_ns'] ({end}) is before its start_ns "
                              f"({start})")
         for peak in ("used_high", "reserved_high"):  # a track_peak phase's peaks, in bytes
             if peak in p:
-                _int(f"{where}['{peak}']", p[peak])
-        phases.append(dict(p))
+                p[peak] = _int(f"{where}['{peak}']", p[peak])
+        phases.append(p)
     out["phases"] = phases
-    worker = _get("header", h, "worker")
-    if worker is not None:
-        _str("header['worker']", worker)
+    if (worker := _get("header", h, "worker")) is not None:
+        out["worker"] = _str("header['worker']", worker)
     return out
 
 
@@ -135,10 +135,10 @@ def _check_event(i: int, event: object, stacks: str) -> dict[str, Any]:
     where = f"events[{i}]"
     e = _typed(where, event, Mapping, "a dict")
     out = dict(e)
-    action = _choice(f"{where}['action']", _get(where, e, "action"), ACTIONS)
+    out["action"] = action = _choice(f"{where}['action']", _get(where, e, "action"), ACTIONS)
     for key in _EVENT_INTS:  # names the field only for a value that fails the quick test
         if type(value := _get(where, e, key)) is not int or not 0 <= value <= _UINT64_MAX:
-            _int(f"{where}[{key!r}]", value)
+            out[key] = _int(f"{where}[{key!r}]", value)
     frames = _typed(f"{where}['frames']", _get(where, e, "frames"), (list, tuple), "a list")
     if frames and stacks != "python":
         raise ValueError(f"asyncmr: {where}['frames'] is not empty, but header['stacks'] is "
@@ -152,9 +152,9 @@ def _check_event(i: int, event: object, stacks: str) -> dict[str, Any]:
                 and type(line := f.get("line")) is int and line >= 0):
             fw = f"{where}['frames'][{j}]"
             f = _typed(fw, f, Mapping, "a dict")
-            _str(f"{fw}['filename']", _get(fw, f, "filename"))
-            _int(f"{fw}['line']", _get(fw, f, "line"))
-            _str(f"{fw}['name']", _get(fw, f, "name"))
+            f = {"filename": _str(f"{fw}['filename']", _get(fw, f, "filename")),
+                 "line": _int(f"{fw}['line']", _get(fw, f, "line")),
+                 "name": _str(f"{fw}['name']", _get(fw, f, "name"))}
         checked.append({"filename": f["filename"], "line": f["line"], "name": f["name"]})
     out["frames"] = checked
     return out
