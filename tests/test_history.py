@@ -12,6 +12,7 @@ import pickletools
 
 import time
 
+import numpy as np
 import pytest
 
 from asyncmr import history as hist
@@ -167,6 +168,28 @@ def test_outstanding_ages_are_seconds_to_the_last_event_or_to_now_ns():
         (last + 2_000_000_000 - d_time) / 1e9)
     with pytest.raises(ValueError, match="now_ns .* is before the history's latest event"):
         h.outstanding(now_ns=last - 1)
+
+
+def test_outstanding_takes_a_numpy_integer_now_ns_and_names_a_wrong_one():
+    # max_events= takes a NumPy integer; now_ns= (a time the user may well have in an array)
+    # took none: "must be an int, got numpy.int64".
+    h = make_history()
+    last = h.events[-1]["time_ns"]
+    assert h.outstanding(now_ns=np.int64(last + 10**9)) == h.outstanding(now_ns=last + 10**9)
+    for bad in (True, 1.5, "5", [1]):
+        with pytest.raises(TypeError, match="now_ns"):
+            h.outstanding(now_ns=bad)
+
+
+def test_recording_arguments_of_the_wrong_type_raise_type_error():
+    # stacks= of the wrong type raised ValueError ("must be one of ..."), where every other
+    # argument of the wrong type raises TypeError; a wrong str stays a ValueError.
+    from asyncmr._recorder import check_arguments
+    for bad in (None, b"python", ["python"], 1):
+        with pytest.raises(TypeError, match=r"stacks must be a str, got "):
+            check_arguments(1024, bad)
+    with pytest.raises(ValueError, match="stacks must be one of"):
+        check_arguments(1024, "pyhton")
 
 
 def test_an_allocation_at_a_live_address_ends_the_earlier_block():
