@@ -43,6 +43,8 @@ def check_arguments(max_events: object, stacks: object) -> int:
     if not 1 <= events <= MAX_EVENTS:
         raise ValueError(f"asyncmr: max_events must be between 1 and {MAX_EVENTS}, "
                          f"got {events}")
+    if not isinstance(stacks, str):
+        raise TypeError(f"asyncmr: stacks must be a str, got {_validate.type_name(stacks)}")
     if stacks not in STACK_MODES:
         raise ValueError(f"asyncmr: stacks must be one of {STACK_MODES}, got {stacks!r}")
     return events

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from asyncmr import _validate
 from asyncmr._pickle_files import (PICKLE_PROTOCOL, check_history_cost, read_plain_pickle,
                                    write_pickle)
 
@@ -62,13 +63,13 @@ def _get(where: str, record: Mapping[str, Any], key: str) -> Any:
 def _int(where: str, value: object, minimum: int = 0, maximum: int = _UINT64_MAX) -> int:
     """An int in [minimum, maximum]: every field is a uint64 in C++ unless said otherwise (a
     value past that came from nowhere asyncmr writes, and would overflow what reads it)."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if (plain := _validate.integer(value)) is None:  # NumPy's integers too; no bool, no float
         raise _type_error(where, "an int", value)
-    if value < minimum:
+    if plain < minimum:
         raise ValueError(f"asyncmr: {where} must be >= {minimum}, got {value}")
-    if value > maximum:
+    if plain > maximum:
         raise ValueError(f"asyncmr: {where} must be <= {maximum}, got {value}")
-    return int(value)  # the plain int of a subclass (an IntEnum member), which saves as one
+    return plain  # a plain int (of a subclass, an IntEnum member, too), which saves as one
 
 
 def _str(where: str, value: object) -> str:
@@ -248,7 +249,7 @@ class History:
         latest = max((e["time_ns"] for e in self._events), default=0)
         if now_ns is None:
             now_ns = latest
-        elif _int("now_ns", now_ns) < latest:
+        elif (now_ns := _int("now_ns", now_ns)) < latest:
             raise ValueError(f"asyncmr: now_ns ({now_ns}) is before the history's latest event "
                              f"({latest})")
         _, live = _replay(self._events)
