@@ -560,6 +560,19 @@ def test_demo_refuses_elements_that_are_not_a_positive_integer(value, capsys):
             in capsys.readouterr().err)
 
 
+@pytest.mark.parametrize("value", [str((1 << 30) + 1), str(10**30), "9" * 5000])
+def test_demo_refuses_more_elements_than_it_can_hold_before_running(value, capsys):
+    # The demo makes a float64 array of --elements on the host and several on the GPU: a count
+    # past 2**30 (8 GiB an array) was taken, and ended in a NumPy or CuPy traceback on a GPU
+    # host (a review finding of 2026-12-05). Refused up front, naming the bound.
+    from asyncmr.__main__ import main
+
+    with pytest.raises(SystemExit) as exit:  # before the demo looks for a GPU
+        main(["demo", "--elements", value])
+    assert exit.value.code == 2
+    assert "error: argument --elements: must be at most 1073741824" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("where", ["", "a-file"])
 def test_demo_refuses_a_history_dir_it_cannot_write_before_running(where, tmp_path, capsys):
     # Checked before the demo looks for a GPU: found after the run it was a traceback
