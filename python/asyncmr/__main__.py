@@ -18,10 +18,20 @@ from asyncmr._cli import OnceAction
 from asyncmr._validate import ascii_digits
 
 
-def _positive_int(text: str) -> int:
-    """A count of 1 or more, in ASCII digits."""
-    if not ascii_digits(text) or int(text) == 0:
+#: The demo's largest --elements: 8 GiB a float64 array, and it makes several.
+MAX_ELEMENTS = 1 << 30
+
+
+def _elements(text: str) -> int:
+    """A count of 1 to MAX_ELEMENTS, in ASCII digits (judged by its digits before int() reads
+    them: Python refuses to read an int of more than 4300)."""
+    if not ascii_digits(text) or not text.strip("0"):
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    if len(text.lstrip("0")) > len(str(MAX_ELEMENTS)) or int(text) > MAX_ELEMENTS:
+        shown = text if len(text) <= 40 else f"{text[:20]}... ({len(text)} digits)"
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_ELEMENTS} (8 GiB a float64 array; the demo makes several), "
+            f"got {shown}")
     return int(text)
 
 
@@ -192,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                                 f"{asyncmr.runtime_version() % 1000 // 10})")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run a small CuPy pipeline on each resource")
-    demo.add_argument("--elements", type=_positive_int, default=1 << 22, action=OnceAction)
+    demo.add_argument("--elements", type=_elements, default=1 << 22, action=OnceAction)
     demo.add_argument("--history", metavar="DIR", type=_history_dir, default=None,
                       action=OnceAction,
                       help="record the owned pool's run and write DIR/demo-history.pickle (a "
