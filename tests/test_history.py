@@ -7,6 +7,7 @@ of the recording itself are with the resources' tests."""
 
 import enum
 import math
+import os
 import pickle
 import pickletools
 
@@ -1366,3 +1367,41 @@ def test_a_fields_int_or_str_subclass_is_kept_as_the_plain_int_or_str(tmp_path):
     h.save(path)
     back = hist.load(path)
     assert back.header == h.header and back.events == h.events
+
+
+def test_a_save_the_disk_cannot_hold_leaves_the_file_it_would_replace_whole(tmp_path):
+    # A write that fails part way (a full disk, a quota: here the file-size limit of a child
+    # process, RLIMIT_FSIZE) cut the file save replaced short: it was opened for writing, and so
+    # emptied, before the first byte went out. The old file must stay whole, and no temporary
+    # file stay behind.
+    import subprocess
+    import sys
+
+    path = tmp_path / "history.pickle"
+    old = make_history()
+    old.save(path)
+    before = path.read_bytes()
+    code = f"""
+import resource, signal, sys
+sys.path.insert(0, {str(os.path.dirname(__file__))!r})
+from test_history import Recorder, make_header, A
+from asyncmr.history import History
+r = Recorder()
+for i in range(20000):
+    r("alloc", A + 4096 * i, 4096)
+big = History(make_header(), r.events)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, ({len(before)} * 2, {len(before)} * 2))
+try:
+    big.save(sys.argv[1])
+except OSError as e:
+    print("refused:", e.errno)
+else:
+    print("saved")
+"""
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "refused: 27", proc.stdout  # EFBIG
+    assert path.read_bytes() == before, f"the old file was cut to {path.stat().st_size} bytes"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["history.pickle"]
