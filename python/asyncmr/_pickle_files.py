@@ -10,11 +10,13 @@ index it puts is past its size (the unpickler's memo is an array as long as twic
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pickle
 import pickletools
 import stat
+import tempfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -181,12 +183,42 @@ class _PlainPickler(pickle.Pickler):
 
 def write_pickle(path: object, data: dict[str, Any]) -> None:
     """Pickles `data` whole before the file is opened: a value that cannot be written raises
-    TypeError with the file untouched (writing as it pickled cut a file it replaced short)."""
+    TypeError with the file untouched (writing as it pickled cut a file it replaced short); the
+    file is then written as `_replace_file` says."""
     path = checked_path(path)
     buffer = io.BytesIO()
     _PlainPickler(buffer, protocol=PICKLE_PROTOCOL).dump(data)
+    _replace_file(path, buffer.getbuffer())
+
+
+def _replace_file(path: str | os.PathLike[str], data: memoryview) -> None:
+    """Writes `data` as the file `path` names. An existing regular file (through symlinks) is
+    replaced by a new one written beside it and renamed over it, its mode kept: a write that
+    fails (a full disk, a quota) leaves the old file whole. A new file, anything else (a device,
+    a FIFO), or a directory that takes no new file is written in place."""
+    target = os.path.realpath(path)
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and stat.S_ISREG(mode):
+        try:
+            fd, temporary = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".asyncmr-")
+        except OSError:
+            fd = None
+        if fd is not None:
+            try:
+                with open(fd, "wb") as f:
+                    f.write(data)
+                os.chmod(temporary, stat.S_IMODE(mode))
+                os.replace(temporary, target)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+                raise
+            return
     with open(path, "wb") as f:
-        f.write(buffer.getbuffer())
+        f.write(data)
 
 
 def read_plain_pickle(path: object, what: str, why: str) -> tuple[Any, int]:
