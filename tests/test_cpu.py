@@ -464,6 +464,20 @@ def test_exported_enums_are_taken_where_their_names_are():
         _decide(13000, 13000, Location.host(), "pinned", "owned")
 
 
+@pytest.mark.parametrize("pool", [5, None, True, 2.0, b"default", ["default"], np.int64(2)])
+def test_a_pool_choice_of_the_wrong_type_is_a_type_error(pool):
+    # As AsyncManagedMR(pool=1.5) and AsyncMRPlugin(pool=5): TypeError naming the type, before
+    # the device is looked for; a str that names no choice stays a ValueError.
+    name = asyncmr._validate.type_name(pool)
+    for call in (lambda: asyncmr.pool_support(Location.host(), "pinned", pool),
+                 lambda: _decide(13000, 13000, Location.host(), "pinned", pool)):
+        with pytest.raises(TypeError, match=rf"pool must be one of .* or a PoolSource, got "
+                                            rf"{re.escape(name)}$"):
+            call()
+    with pytest.raises(ValueError, match=r"pool must be one of .*, got 'owned'"):
+        asyncmr.pool_support(Location.host(), "pinned", "owned")
+
+
 # ---- the support decision, for builds and drivers this machine does not have --------------------
 
 def _decide(driver, build, loc, atype, source="default", **facts):
