@@ -184,9 +184,20 @@ def test_a_bad_target_is_refused_before_cuda():
         asyncmr.AsyncManagedMR(prefetch=Location.none())
 
 
-@pytest.mark.parametrize("advice", ["prefer_gpu", "SetReadMostly", 2, None])
+@pytest.mark.parametrize("advice", ["prefer_gpu", "SetReadMostly", ""])
 def test_an_unknown_advice_is_refused_before_cuda(advice):
-    with pytest.raises(ValueError, match=r"advice must be one of \('set_read_mostly', "):
+    with pytest.raises(ValueError, match=r"advice must be one of \('set_read_mostly', .*"
+                                         rf"got {re.escape(repr(advice))}$"):
+        asyncmr.advise((4096, 16), advice)
+
+
+@pytest.mark.parametrize("advice", [2, None, True, b"set_read_mostly", ["set_read_mostly"],
+                                    asyncmr.LocationKind.host])
+def test_an_advice_of_the_wrong_type_is_a_type_error(advice):
+    # As to=0.0 is: TypeError naming the type, before any CUDA call (an advice is a name).
+    name = asyncmr._validate.type_name(advice)
+    with pytest.raises(TypeError, match=r"advice must be one of \('set_read_mostly', .*"
+                                        rf"got {re.escape(name)}$"):
         asyncmr.advise((4096, 16), advice)
 
 
