@@ -109,6 +109,44 @@ def test_location_constructors():
     assert Location.host().is_host and not Location.device(0).is_host
 
 
+@pytest.mark.parametrize("loc", [Location("host", 3), Location("host", 0),
+                                 Location("host_numa_current", 1), Location("none", 0)])
+def test_a_location_with_an_id_its_kind_takes_none_is_refused(loc):
+    # Location("host", 3) is not NUMA node 3: where a Location is used, an id its kind does not
+    # take is refused with ValueError naming it, before the device is looked for (it was
+    # dropped: a plain host pool, a prefetch to any host node).
+    match = rf"a {loc.kind} location takes no id, got {loc.id}"
+    calls = [lambda: asyncmr.pool_support(loc, "managed"),
+             lambda: MemPool.default(loc, "managed"),
+             lambda: MemPool.create(loc, "managed"),
+             lambda: AsyncManagedMR(location=loc)]
+    if loc.is_host:
+        calls += [lambda: asyncmr.prefetch((4096, 16), to=loc),
+                  lambda: AsyncManagedMR(prefetch=loc)]
+    for call in calls:
+        with pytest.raises(ValueError, match=match):
+            call()
+
+
+@pytest.mark.parametrize("loc", [Location.device(1), Location.host(), Location.host_numa(2),
+                                 Location.host_numa_current(), Location.none(),
+                                 Location("host", 3), Location("none", 0), Location("device"),
+                                 Location("device", True), Location("moon", 1),
+                                 Location("host_numa", asyncmr.LocationKind.host)])
+def test_a_location_repr_names_what_it_holds(loc):
+    # The repr evaluates to an equal Location: one the class methods make shows as their call,
+    # any other as its fields (Location("host", 3) was shown as Location.host(), which it is not
+    # equal to).
+    again = eval(repr(loc), {"Location": Location, "LocationKind": asyncmr.LocationKind})
+    assert again == loc and type(again.id) is type(loc.id)
+
+
+def test_a_location_the_class_methods_do_not_make_is_shown_by_its_fields():
+    assert repr(Location("host", 3)) == "Location(kind='host', id=3)"
+    assert repr(Location("device")) == "Location(kind='device', id=None)"
+    assert repr(Location.host_numa(2)) == "Location.host_numa(2)"
+
+
 @pytest.mark.parametrize("call, exc, match", [
     (lambda: Location.device(-1), ValueError, "device ordinal must be in"),
     (lambda: Location.device("0"), TypeError, "device ordinal must be an int"),
