@@ -77,10 +77,13 @@ def advise(obj, advice, to="device"):
     Managed *pool* memory takes no advice on the drivers measured (every kind is refused:
     docs/DRIVER_FACTS.md): then :class:`asyncmr.UnsupportedError` says what works instead (the
     pool's ``location``, ``set_access``, :func:`prefetch`). Advice works on ``cudaMallocManaged``
-    memory. ValueError for an unknown advice or a bad ``to`` (TypeError for a ``to`` of the
-    wrong type), before any CUDA call, and for memory that is not managed.
+    memory. ValueError for an unknown advice or a bad ``to`` (TypeError for an advice or a
+    ``to`` of the wrong type), before any CUDA call, and for memory that is not managed.
     """
-    if not isinstance(advice, str) or advice not in ADVICE:
+    if not isinstance(advice, str):
+        raise TypeError(f"asyncmr: advise: advice must be one of {ADVICE}, got "
+                        f"{_validate.type_name(advice)}")
+    if advice not in ADVICE:
         raise ValueError(f"asyncmr: advise: advice must be one of {ADVICE}, got {advice!r}")
     cdef vector[memory_range] rs = _as_ranges(obj)
     cdef location_t where = _placement_target(to)
