@@ -17,6 +17,11 @@ cdef location_t to_location(value) except *:
     loc.id = 0
     if kind in (LocationKind.device, LocationKind.host_numa):
         loc.id = _validate.ordinal(f"{value.kind} id", value.id)
+    elif value.id is not None:  # never dropped: Location("host", 3) is not NUMA node 3
+        raise ValueError(f"a {value.kind} location takes no id, got {value.id!r}; build it with "
+                         f"Location.{value.kind}()"
+                         + (" (Location.host_numa(n) names a NUMA node)" if kind ==
+                            LocationKind.host else ""))
     return loc
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import enum
 from typing import NamedTuple, SupportsIndex
 
 from asyncmr._validate import ordinal as _ordinal
@@ -50,6 +51,15 @@ class Location(NamedTuple):
         return self.kind in ("host", "host_numa", "host_numa_current")
 
     def __repr__(self) -> str:
+        # The class method's call where one makes this Location, else the fields: either
+        # evaluates to an equal Location (Location("host", 3) is not Location.host()).
         if self.kind in ("device", "host_numa"):
-            return f"Location.{self.kind}({self.id})"
-        return f"Location.{self.kind}()"
+            if type(self.id) is int and 0 <= self.id < 2**31:
+                return f"Location.{self.kind}({self.id})"
+        elif self.kind in ("host", "host_numa_current", "none") and self.id is None:
+            return f"Location.{self.kind}()"
+        ident = self.id
+        # An enum member (refused where the Location is used) by its name, which evaluates.
+        shown = (f"{type(ident).__name__}.{ident.name}" if isinstance(ident, enum.Enum)
+                 else repr(ident))
+        return f"Location(kind={self.kind!r}, id={shown})"
