@@ -1003,10 +1003,14 @@ def test_a_phase_with_its_peak_is_labelled_with_it():
     assert phase_label({"name": "x", "used_high": "lots"}) == "x", "a non-int peak is not shown"
 
 
-@pytest.mark.parametrize("bad", ["", None, 3, b"load"])
-def test_a_phase_name_must_be_a_non_empty_str(bad):
+@pytest.mark.parametrize("bad, error", [("", ValueError), (None, TypeError), (3, TypeError),
+                                        (b"load", TypeError), (True, TypeError)])
+def test_a_phase_name_must_be_a_non_empty_str(bad, error):
+    # A name of the wrong type is a TypeError naming the type, as every argument's is; an empty
+    # str a ValueError (both were ValueError).
     from asyncmr._attributes import check_phase_name
-    with pytest.raises(ValueError, match="a phase needs a non-empty name"):
+    with pytest.raises(error, match="a phase needs a non-empty name" if error is ValueError
+                       else r"a phase's name must be a str, got "):
         check_phase_name(bad)
     if bad is None:
         assert check_phase_name(bad, allow_none=True) is None

@@ -252,10 +252,11 @@ def test_a_bad_phase_name_is_refused_and_the_peaks_stay(gpu, bad):
     mr.deallocate(p, 4 * MiB, s)
     s.synchronize()
     high = mr.pool.attributes.used_mem_high
+    error = ValueError if bad == "" else TypeError
     with mr.record_history() as h:
-        with pytest.raises(ValueError, match="a phase needs a non-empty name"):
+        with pytest.raises(error, match="a phase needs a non-empty name|a phase's name must be"):
             mr.track_peak(name=bad)
-        with pytest.raises(ValueError, match="a phase needs a non-empty name"):
+        with pytest.raises(error, match="a phase needs a non-empty name|a phase's name must be"):
             mr.pool.track_peak(name=bad)
     assert mr.pool.attributes.used_mem_high == high >= 4 * MiB, "refused before any reset"
     assert h.history().header["phases"] == []
