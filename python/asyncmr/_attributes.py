@@ -308,6 +308,8 @@ def check_phase_name(name: object, *, allow_none: bool = False) -> str | None:
     """A phase's name: a non-empty str (or None where ``allow_none``)."""
     if name is None and allow_none:
         return None
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"asyncmr: a phase needs a non-empty name (a str), got {name!r}")
+    if not isinstance(name, str):
+        raise TypeError(f"asyncmr: a phase's name must be a str, got {type(name).__name__}")
+    if not name:
+        raise ValueError("asyncmr: a phase needs a non-empty name, got ''")
     return name
