@@ -893,6 +893,22 @@ def test_a_timeline_is_in_gib_from_a_gib_and_in_mib_below():
     assert unit_for((1 << 30) - 1) == ("MiB", 1 << 20)
 
 
+@pytest.mark.parametrize("title", [5, b"run", ["run"], True])
+def test_plot_refuses_a_title_that_is_not_a_str(title, tmp_path):
+    # It was drawn as str(title) ("5", "b'run'"), where the signature says str or None.
+    with pytest.raises(TypeError, match=r"plot's title must be a str or None, got "):
+        hist.plot(make_history(), tmp_path / "t.png", title=title)
+    assert not (tmp_path / "t.png").exists()
+
+
+def test_plot_refuses_worker_names_that_are_not_str(tmp_path):
+    # {1: h, "1": h} drew two lanes both titled "1"; a worker's name is a str (Dask's addresses,
+    # load_many's keys).
+    with pytest.raises(TypeError, match=r"a worker's name must be a str, got int"):
+        hist.plot({1: make_history(), "1": make_history()}, tmp_path / "m.png")
+    assert not (tmp_path / "m.png").exists()
+
+
 def test_main_plots_a_saved_history_and_exits_0(tmp_path, capsys):
     pytest.importorskip("matplotlib", reason="the timeline needs matplotlib")
     path, out = tmp_path / "h.pickle", tmp_path / "t.png"
