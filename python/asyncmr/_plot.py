@@ -53,10 +53,12 @@ def lanes_of(history_or_many: History | Mapping[str, History]) -> list[tuple[str
                          f"asyncmr.history.plot")
     lanes = []
     for name, h in history_or_many.items():
+        if not isinstance(name, str):
+            raise TypeError(f"asyncmr: a worker's name must be a str, got {type(name).__name__}")
         if not isinstance(h, History):
             raise TypeError(f"asyncmr: histories[{name!r}] must be a History, got "
                             f"{type(h).__name__}")
-        lanes.append((str(name), h))
+        lanes.append((name, h))
     if not lanes:
         raise ValueError("asyncmr: no histories to plot")
     return lanes
@@ -78,6 +80,8 @@ def time_unit_for(span_ns: int) -> tuple[str, float]:
 def draw(history_or_many: History | Mapping[str, History], out_path: Path,
          title: str | None) -> Path:
     """Writes the timeline PNG to ``out_path`` and returns it (see asyncmr.history.plot)."""
+    if title is not None and not isinstance(title, str):
+        raise TypeError(f"asyncmr: plot's title must be a str or None, got {type(title).__name__}")
     lanes = lanes_of(history_or_many)
     try:
         # Optional: the stub check runs where matplotlib is not installed.

@@ -550,8 +550,8 @@ def plot(history_or_many: History | Mapping[str, History], out_path: str | os.Pa
     ------
     ImportError
         matplotlib is not installed.
-    ValueError
-        No histories, or more than one timeline draws (64 lanes): plot a selection.
+    TypeError, ValueError
+        A title or worker name not a str; no histories, or more than 64 lanes (plot fewer).
     """
     from asyncmr._plot import draw
 
