@@ -128,6 +128,20 @@ def test_a_location_with_an_id_its_kind_takes_none_is_refused(loc):
             call()
 
 
+@pytest.mark.parametrize("kind", [asyncmr.LocationKind.device, asyncmr.LocationKind.host, 1,
+                                  b"device", None])
+def test_a_location_whose_kind_is_not_a_str_is_refused_with_type_error(kind):
+    # Location(LocationKind.device, 0) is not equal to Location.device(0) (a NamedTuple of an
+    # enum member, not of its name), so it is not taken as one: it was "ValueError: unknown
+    # location kind <LocationKind.device: 1>", a wrong type named as a wrong value.
+    loc = Location(kind, 0)
+    for call in (lambda: asyncmr.pool_support(loc, "managed"),
+                 lambda: MemPool.create(loc, "managed"),
+                 lambda: AsyncManagedMR(location=loc)):
+        with pytest.raises(TypeError, match=r"a location's kind must be a str \(one of "):
+            call()
+
+
 @pytest.mark.parametrize("loc", [Location.device(1), Location.host(), Location.host_numa(2),
                                  Location.host_numa_current(), Location.none(),
                                  Location("host", 3), Location("none", 0), Location("device"),
