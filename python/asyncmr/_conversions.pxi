@@ -9,7 +9,10 @@ cdef location_t to_location(value) except *:
         raise TypeError(
             "location must be an asyncmr.Location (e.g. Location.device(0), Location.host()), "
             f"got {type(value).__name__}")
-    kind = _KINDS.get(value.kind) if isinstance(value.kind, str) else None
+    if not isinstance(value.kind, str):  # a LocationKind member is not its name: unequal
+        raise TypeError(f"a location's kind must be a str (one of {LOCATION_KINDS}; build it with "
+                        f"the Location class methods), got {type(value.kind).__name__}")
+    kind = _KINDS.get(value.kind)
     if kind is None:
         raise ValueError(f"unknown location kind {value.kind!r}; expected one of {LOCATION_KINDS}")
     cdef location_t loc
