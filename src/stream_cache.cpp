@@ -484,10 +484,6 @@ void* stream_cache::allocate(cudaStream_t stream, std::size_t bytes, bool* hit)
 free_result stream_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t bytes) noexcept
 {
   if (ptr == nullptr) { return {}; }
-  // Inside a capture (the free becomes a node of the graph, run at every launch) or on a stream
-  // the driver cannot name, a block goes to the pool, never into the cache. The record is asked
-  // first all the same: a block it holds as cached (a second free) or at another class is
-  // refused there as here, before the driver is asked anything.
   // A free on the legacy stream sets its marker there (its order covers every blocking stream's
   // earlier work: see "Markers"), which a capture on a blocking stream forbids: refused first, as
   // CUDA refuses the free itself then, but without breaking that capture. Nothing changed.
@@ -496,8 +492,11 @@ free_result stream_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t
       return {free_status::driver_refused, error, 0};
     }
   }
-  // A closed pool's blocks go back to it, never into the cache: the pool is parked until they
-  // have, and hits are refused anyway.
+  // Inside a capture (the free becomes a node of the graph, run at every launch), on a stream
+  // the driver cannot name, or after the pool was closed (it is parked until its blocks are
+  // back, and hits are refused anyway), a block goes to the pool, never into the cache. The
+  // record is asked first all the same: a block it holds as cached (a second free) or at
+  // another class is refused there as here, before the driver is asked anything.
   stream_key key{};
   bool const into_cache = !pool_.closed() && !in_capture(stream) && key_for(stream, key);
   put_result const put =
