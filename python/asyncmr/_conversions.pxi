@@ -116,9 +116,6 @@ cdef PoolSource to_source(value) except *:
     """"default", "current", "new" or a :class:`PoolSource` member."""
     if isinstance(value, PoolSource):
         return value
-    expected = f"pool must be one of {tuple(POOL_SOURCES)} or a PoolSource"
-    if not isinstance(value, str):  # a number is no choice: PoolSource's values are its own
-        raise TypeError(f"{expected}, got {_validate.type_name(value)}")
-    if value not in POOL_SOURCES:
-        raise ValueError(f"{expected}, got {value!r}")
-    return POOL_SOURCES[value]
+    # A number is no choice: PoolSource's values are its own.
+    return POOL_SOURCES[_validate.choice(
+        f"pool must be one of {tuple(POOL_SOURCES)} or a PoolSource", value, POOL_SOURCES)]

@@ -20,6 +20,8 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
+from asyncmr._validate import type_name
+
 # PyTorch's viewer (torch/utils/viz/MemoryViz.js, unpickle) reads pickle protocols 2 to 4 only;
 # Python 3.14 writes 5 by default.
 PICKLE_PROTOCOL = 4
@@ -174,11 +176,8 @@ class _PlainPickler(pickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
         # Called for every value but None, bools and exact ints, floats, str, bytes, dicts,
         # lists, tuples, sets and frozensets (pickle's own fast path).
-        kind = type(obj)
-        name = kind.__qualname__ if kind.__module__ == "builtins" else \
-            f"{kind.__module__}.{kind.__qualname__}"
         raise TypeError(f"asyncmr: a history file holds only plain values (dict, list, tuple, "
-                        f"str, bytes, int, float, bool, None), got a {name}")
+                        f"str, bytes, int, float, bool, None), got a {type_name(obj)}")
 
 
 def write_pickle(path: object, data: dict[str, Any]) -> None:

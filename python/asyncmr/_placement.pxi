@@ -80,11 +80,7 @@ def advise(obj, advice, to="device"):
     memory. ValueError for an unknown advice or a bad ``to`` (TypeError for an advice or a
     ``to`` of the wrong type), before any CUDA call, and for memory that is not managed.
     """
-    if not isinstance(advice, str):
-        raise TypeError(f"asyncmr: advise: advice must be one of {ADVICE}, got "
-                        f"{_validate.type_name(advice)}")
-    if advice not in ADVICE:
-        raise ValueError(f"asyncmr: advise: advice must be one of {ADVICE}, got {advice!r}")
+    _validate.choice(f"asyncmr: advise: advice must be one of {ADVICE}", advice, ADVICE)
     cdef vector[memory_range] rs = _as_ranges(obj)
     cdef location_t where = _placement_target(to)
     cdef int kind = ADVICE.index(advice)

@@ -45,6 +45,17 @@ def as_integer(value, what: str, kind: str = "an int") -> int:
     return out
 
 
+def choice(expected: str, value, choices) -> str:
+    """``value`` when it is one of the str ``choices``: TypeError ``"{expected}, got <type>"`` for
+    a value of another type (a number is no name), ValueError ``"{expected}, got <value>"`` for
+    another str."""
+    if not isinstance(value, str):
+        raise TypeError(f"{expected}, got {type_name(value)}")
+    if value not in choices:
+        raise ValueError(f"{expected}, got {value!r}")
+    return value
+
+
 def not_a_number(expected: str, value) -> None:
     """TypeError ``"{expected}, got <member> (<type>)"`` for an enum member: a name, never the
     number it is (an IntEnum member is an int: ``LocationKind.host`` would be device 2)."""

@@ -51,6 +51,7 @@ except ImportError as _missing:  # pragma: no cover - depends on the environment
         "asyncmr.dask needs Dask's distributed (pip install dask-cuda, which brings it)") from _missing
 
 from asyncmr._exceptions import AsyncMRError
+from asyncmr._validate import choice as _choice
 from asyncmr._validate import size as _size
 from asyncmr._validate import type_name as _type_name
 
@@ -150,16 +151,13 @@ class AsyncMRPlugin(WorkerPlugin):
 
     def __init__(self, kind="managed", *, pool="default", release_threshold=None, cupy=True,
                  replace_existing=False, name=DEFAULT_NAME):
-        if not isinstance(kind, str):
-            raise TypeError(f"kind must be one of {KINDS}, got {_type_name(kind)}")
-        if kind == "pinned":
+        if isinstance(kind, str) and kind == "pinned":
             raise ValueError(
                 "kind='pinned' is not offered: as RMM's device resource, pool pinned memory "
                 "fails every copy that names a direction (Dask moves CuPy data with those); "
                 "use asyncmr.cupy.set_pinned_allocator or asyncmr.pinned_empty on the "
                 "worker for pinned staging")
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        _choice(f"kind must be one of {KINDS}", kind, KINDS)
         if not isinstance(pool, str):
             raise TypeError(
                 f"pool must be one of {POOLS} (handles and MemPool objects do not cross "
