@@ -43,33 +43,42 @@ driver_queries const& queries() noexcept
 
 constexpr int pointer_attribute_mempool_handle = 17;  // CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE
 
-}  // namespace
-
-bool stream_capturing(cudaStream_t stream) noexcept
-{
-  if (auto* const is_capturing = queries().is_capturing) {
-    int status = 0;  // CU_STREAM_CAPTURE_STATUS_NONE
-    if (is_capturing(stream, &status) == 0) { return status != 0; }
-  }
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  auto const e                   = cudaStreamIsCapturing(stream, &status);
-  clear_own_error(e);
-  return e != cudaSuccess || status != cudaStreamCaptureStatusNone;
-}
-
-cudaError_t legacy_stream_open(cudaStream_t stream) noexcept
+// The one capture question both answers below ask: cudaSuccess with `capturing` set, or the
+// error the question got. The driver is asked first (no runtime error state to clear); the
+// runtime answers where the driver cannot (a special handle with no current context), except
+// for CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, which the runtime would only repeat.
+cudaError_t ask_capturing(cudaStream_t stream, bool& capturing) noexcept
 {
   constexpr int capture_implicit = 906;  // CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+  capturing                      = false;
   if (auto* const is_capturing = queries().is_capturing) {
-    int status       = 0;
+    int status       = 0;  // CU_STREAM_CAPTURE_STATUS_NONE
     auto const error = is_capturing(stream, &status);
-    if (error == 0) { return cudaSuccess; }
+    if (error == 0) {
+      capturing = status != 0;
+      return cudaSuccess;
+    }
     if (error == capture_implicit) { return cudaErrorStreamCaptureImplicit; }
   }
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   auto const e                   = cudaStreamIsCapturing(stream, &status);
   clear_own_error(e);
+  capturing = e == cudaSuccess && status != cudaStreamCaptureStatusNone;
   return e;
+}
+
+}  // namespace
+
+bool stream_capturing(cudaStream_t stream) noexcept
+{
+  bool capturing = false;
+  return ask_capturing(stream, capturing) != cudaSuccess || capturing;
+}
+
+cudaError_t legacy_stream_open(cudaStream_t stream) noexcept
+{
+  bool capturing = false;  // the legacy stream itself never captures
+  return ask_capturing(stream, capturing);
 }
 
 bool stream_key_of(cudaStream_t stream, stream_key& key) noexcept
