@@ -537,6 +537,47 @@ def test_a_free_while_another_context_is_current_is_cached_and_leaves_that_conte
     cs.synchronize()
 
 
+USER_CONTEXT_CHILD = r"""
+import cupy, asyncmr
+from cuda.bindings import driver as cu
+from rmm.pylibrmm.stream import Stream
+from gpu_helpers import create_context
+mr = asyncmr.AsyncDeviceMR(0, pool="new", cache=64 << 20)
+ctx = create_context(0)  # pushed: current on this thread
+err, h = cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value)
+assert err == cu.CUresult.CUDA_SUCCESS, err
+s = Stream(obj=cupy.cuda.ExternalStream(int(h)))
+p = mr.allocate(4 << 10, s)
+mr.deallocate(p, 4 << 10, s)
+print("after the free: cached", mr.cache_info["blocks"], flush=True)
+assert cu.cuStreamSynchronize(h)[0] == cu.CUresult.CUDA_SUCCESS
+assert cu.cuStreamDestroy(h)[0] == cu.CUresult.CUDA_SUCCESS
+cu.cuCtxPopCurrent()
+assert cu.cuCtxDestroy(ctx)[0] == cu.CUresult.CUDA_SUCCESS
+for _ in range(3):  # events made after the context went may take its events' addresses
+    cupy.cuda.Event()
+mr.release_cache()
+info = mr.cache_info
+print("released: cached", info["blocks"], "bytes", info["bytes"],
+      "used", mr.pool.attributes.used_mem_current, flush=True)
+q = mr.allocate(4 << 10)
+mr.deallocate(q, 4 << 10)
+del mr
+print("DONE", flush=True)
+"""
+
+
+def test_a_block_freed_on_a_stream_of_a_users_own_context_is_not_left_behind_when_it_goes(gpu):
+    # A stream of a context the user made (cuCtxCreate) and destroys later: a marker made in that
+    # context goes with it, and the release then waited on a destroyed event (or on whatever event
+    # took its address). Such a free is refused by the cache and goes to the pool in the stream's
+    # own order, so nothing is left to wait for once the context is gone.
+    proc = run_python(USER_CONTEXT_CHILD, timeout=120)
+    assert proc.returncode == 0, describe(proc)
+    assert "released: cached 0 bytes 0 used 0" in proc.stdout, describe(proc)
+    assert "DONE" in proc.stdout, describe(proc)
+
+
 # ---- 9. the attribute table is indexed checked ------------------------------------------------------
 
 ATTRIBUTE_CHILD = r"""
