@@ -178,6 +178,23 @@ void* stream_context(cudaStream_t stream) noexcept
   return ctx;
 }
 
+bool primary_context(void* context) noexcept
+{
+  auto const& f = driver();
+  if (context == nullptr || !f.complete()) { return false; }
+  // Compared with each visible device's primary context where it is active (an inactive one is
+  // no stream's, and retaining it would make it): the retain only counts one more user of it.
+  for (int ordinal = 0, n = visible_devices(); ordinal < n; ++ordinal) {
+    int device = 0;
+    if (!primary_active(f, ordinal, device)) { continue; }
+    context_t primary = nullptr;
+    if (f.primary_retain(&primary, device) != 0) { continue; }
+    static_cast<void>(f.primary_release(device));
+    if (primary == context) { return true; }
+  }
+  return false;
+}
+
 context_scope::context_scope(void* context) noexcept
 {
   auto const& f = driver();

@@ -47,9 +47,15 @@ namespace {
 // and popped after it, so the thread's own current context, a non-primary one or none, is left
 // as it was (a cudaSetDevice round trip would replace a non-primary context by a primary one,
 // and make device 0's primary context where the thread had none, on a device it never used).
+// Only in a primary context: one the user made (cuCtxCreate) may be destroyed while the bucket
+// holds blocks, and its events with it, leaving the release a destroyed event to wait for (or
+// whichever event took its address). A free on such a stream is refused instead, and goes to
+// the pool in that stream's own order.
 cudaEvent_t make_marker(cudaStream_t stream) noexcept
 {
-  context_scope const in_stream_context{stream_context(stream)};
+  void* const context = stream_context(stream);
+  if (!primary_context(context)) { return nullptr; }
+  context_scope const in_stream_context{context};
   if (!in_stream_context.ok()) { return nullptr; }
   cudaEvent_t event = nullptr;
   auto const status = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);

@@ -35,6 +35,11 @@ class active_context_scope {
 /// The context `stream` belongs to (the current one for the special handles), or nullptr.
 [[nodiscard]] void* stream_context(cudaStream_t stream) noexcept;
 
+/// Whether `context` is a device's primary context (the runtime's, which lives until the
+/// process ends or the device is reset), not one a caller made (cuCtxCreate) and may destroy.
+/// Makes no context; asks the driver about each visible device whose primary context is active.
+[[nodiscard]] bool primary_context(void* context) noexcept;
+
 /**
  * Makes `context` current on the calling thread for the scope (pushed, then popped: the
  * thread's own context, primary or not, or none, is current again afterwards), for runtime

@@ -76,6 +76,9 @@
  * block's last use precedes its free. A put whose marker cannot be set is refused (the owner
  * frees the block on its own stream, which is always safe); a bucket whose release cannot be
  * ordered keeps its blocks cached. Without markers (the CPU tests) both steps are skipped.
+ * The owner makes markers only in primary contexts: a context the user made (`cuCtxCreate`)
+ * may be destroyed while blocks wait, and its events with it, so a free on its streams is
+ * refused (freed to the pool in that stream's own order).
  *
  * The legacy default stream is no exception, though it lives as long as its context: a free
  * there is ordered after the earlier work of *every blocking stream* of the context (its implicit
