@@ -308,7 +308,7 @@ cdef class _PoolResource(DeviceMemoryResource):
     cdef object _adopted    # keeps it alive meanwhile
     cdef object _recorder   # the running record_history, or None
 
-    cdef _prepare(self, pool, release_threshold, cache, reserve, resource_options* options)
+    cdef _prepare(self, adopted)
     cdef _adopt_pool(self)
     cdef _bind(self, pool_resource_base* base, optional[device_async_resource_ref] ref)
     cdef void _refresh_headroom(self) noexcept

@@ -62,18 +62,34 @@ cdef object _common_options(pool, release_threshold, cache, reserve,
     return adopted
 
 
+cdef object _managed_options(device, pool, location, release_threshold, accessible_from, reserve,
+                             cache, prefetch, discard, resource_options* options):
+    """``AsyncManagedMR``'s options into ``options``, each checked as far as it can be before any
+    CUDA call (``check_fields``; the prefetch target by ``_validate.target``: "device" is
+    resolved by the caller, which may have to ask the driver for the current device). Returns
+    the pool to adopt (an int handle or a MemPool), or None. The resource and
+    ``_check_managed_options`` both come here, so what one refuses the other does."""
+    if not isinstance(discard, bool):
+        raise TypeError(f"discard must be a bool, got {_validate.type_name(discard)}")
+    adopted = _common_options(pool, release_threshold, cache, reserve, options)
+    options.device = to_ordinal(device, "device")
+    if location is not None:
+        options.location = optional[location_t](to_location(location))
+    options.accessible_from = to_devices(accessible_from)
+    options.discard = discard
+    check_fields(AllocationType.managed, deref(options), prefetch is not None)
+    if prefetch is not None:
+        _validate.target("prefetch", prefetch, unset=True)
+    return adopted
+
+
 def _check_managed_options(*, pool="default", release_threshold=None, reserve=0, cache=None,
                            prefetch=None, discard=False):
     """Raises what ``AsyncManagedMR(pool=..., ...)`` with these options refuses before any CUDA
     call, and makes nothing (cudf_pandas.install asks before it looks for cuDF)."""
     cdef resource_options o
-    if not isinstance(discard, bool):
-        raise TypeError(f"discard must be a bool, got {_validate.type_name(discard)}")
-    _common_options(pool, release_threshold, cache, reserve, &o)
-    o.discard = discard
-    check_fields(AllocationType.managed, o, prefetch is not None)
-    if prefetch is not None:
-        _validate.target("prefetch", prefetch, unset=True)
+    _managed_options(None, pool, None, release_threshold, "all", reserve, cache, prefetch,
+                     discard, &o)
 
 
 cdef class _PoolResource(DeviceMemoryResource):
@@ -89,12 +105,10 @@ cdef class _PoolResource(DeviceMemoryResource):
             raise TypeError(f"asyncmr: {type(self).__name__} is not a resource of its own; make "
                             "an AsyncManagedMR, AsyncPinnedMR or AsyncDeviceMR (or subclass one)")
 
-    cdef _prepare(self, pool, release_threshold, cache, reserve, resource_options* options):
-        """The options every resource takes, into ``options``: which pool (adopting an int or a
-        MemPool), the release threshold, the bytes reserved up front and the front cache's cap
-        (bytes; None or 0: none). The C++ constructor checks them all again, with the rest,
-        before any pool changes."""
-        adopted = _common_options(pool, release_threshold, cache, reserve, options)
+    cdef _prepare(self, adopted):
+        """Keeps the pool to adopt (``_common_options``' answer: an int handle, a MemPool or
+        None) until every option is checked; ``_adopt_pool`` then adopts it. The C++
+        constructor checks the options again, with the rest, before any pool changes."""
         self._adopt = NULL
         self._adopted = adopted  # an int is adopted by _adopt_pool, once every option is checked
 
@@ -430,15 +444,8 @@ cdef class AsyncManagedMR(_PoolResource):
                   release_threshold=None, accessible_from="all", reserve=0, cache=None,
                   prefetch=None, discard=False):
         cdef resource_options o
-        if not isinstance(discard, bool):
-            raise TypeError(f"discard must be a bool, got {_validate.type_name(discard)}")
-        self._prepare(pool, release_threshold, cache, reserve, &o)
-        o.device = to_ordinal(device, "device")
-        if location is not None:
-            o.location = optional[location_t](to_location(location))
-        o.accessible_from = to_devices(accessible_from)
-        o.discard = discard
-        check_fields(AllocationType.managed, o, prefetch is not None)
+        self._prepare(_managed_options(device, pool, location, release_threshold, accessible_from,
+                                       reserve, cache, prefetch, discard, &o))
         if prefetch is not None:  # "device" may ask which device is current: after the checks
             o.prefetch = optional[location_t](_prefetch_target(prefetch, o.device))
         self._adopt_pool()
@@ -491,7 +498,7 @@ cdef class AsyncPinnedMR(_PoolResource):
     def __cinit__(self, *, pool="default", numa_node=None, accessible_from="all",
                   release_threshold=None, reserve=0, cache=None):
         cdef resource_options o
-        self._prepare(pool, release_threshold, cache, reserve, &o)
+        self._prepare(_common_options(pool, release_threshold, cache, reserve, &o))
         o.numa_node = to_ordinal(numa_node, "numa_node")
         o.accessible_from = to_devices(accessible_from)
         check_fields(AllocationType.pinned, o, False)
@@ -530,7 +537,7 @@ cdef class AsyncDeviceMR(_PoolResource):
     def __cinit__(self, device=None, *, pool="default", release_threshold=None, reserve=0,
                   cache=None):
         cdef resource_options o
-        self._prepare(pool, release_threshold, cache, reserve, &o)
+        self._prepare(_common_options(pool, release_threshold, cache, reserve, &o))
         o.device = to_ordinal(device, "device")
         check_fields(AllocationType.device, o, False)
         self._adopt_pool()

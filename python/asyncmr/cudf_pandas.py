@@ -55,12 +55,12 @@ def install(*, pool: Any = "default", prefetch: Any = None, discard: bool = Fals
     the installed resource (a different configuration raises RuntimeError: cudf.pandas is set up
     once per process)."""
     global _installed, _installed_options
-    # Checked before cuDF is looked for, so a wrong argument is named wherever this runs: all
-    # the resource refuses before any CUDA call (the prefetch target's device is the driver's).
-    for name, flag in (("libcudf_prefetch", libcudf_prefetch), ("discard", discard)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"asyncmr.cudf_pandas.install: {name} must be a bool, got "
-                            f"{_validate.type_name(flag)}")
+    # Checked before cuDF is looked for, so a wrong argument is named wherever this runs: its
+    # own option, then all the resource refuses before any CUDA call (the resource's own checks:
+    # the prefetch target's device is the driver's to judge).
+    if not isinstance(libcudf_prefetch, bool):
+        raise TypeError("asyncmr.cudf_pandas.install: libcudf_prefetch must be a bool, got "
+                        f"{_validate.type_name(libcudf_prefetch)}")
     _check_managed_options(pool=pool, release_threshold=release_threshold, reserve=reserve,
                            cache=cache, prefetch=prefetch, discard=discard)
     wanted = {"pool": pool, "prefetch": prefetch, "discard": discard,
