@@ -61,6 +61,19 @@ def test_release_gil_validates(gpu):
     assert mr.release_gil == "auto"
 
 
+@pytest.mark.parametrize("value, name", [(1, "int"), (None, "NoneType"), (b"auto", "bytes"),
+                                         (True, "bool"), (["auto"], "list")])
+def test_release_gil_of_another_type_is_a_type_error(gpu, value, name):
+    # A policy is one of three names: a number, None or bytes is the wrong type, not a wrong
+    # name. The policy in force stays.
+    mr = AsyncDeviceMR(pool="new")
+    mr.release_gil = "never"
+    with pytest.raises(TypeError, match=rf"^release_gil must be one of \('auto', 'always', "
+                                        rf"'never'\), got {name}$"):
+        mr.release_gil = value
+    assert mr.release_gil == "never"
+
+
 def test_other_threads_run_while_a_pinned_pool_grows(gpu):
     # Pinning 512 MiB takes the driver a few hundred milliseconds. Holding the GIL through it
     # ("never", the old behaviour) stops every other Python thread; "auto" must not.
