@@ -149,8 +149,8 @@ cdef class _PoolResource(DeviceMemoryResource):
 
     @release_gil.setter
     def release_gil(self, value):
-        if value not in GIL_POLICIES:
-            raise ValueError(f"release_gil must be one of {GIL_POLICIES}, got {value!r}")
+        # A number, None or bytes is no policy's name: TypeError; another str: ValueError.
+        value = _validate.choice(f"release_gil must be one of {GIL_POLICIES}", value, GIL_POLICIES)
         self._gil = GIL_POLICIES.index(value)
 
     def allocate(self, nbytes, Stream stream=DEFAULT_STREAM):
