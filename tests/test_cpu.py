@@ -83,13 +83,21 @@ def test_every_table_row_is_a_property():
         assert isinstance(getattr(asyncmr.PoolAttributes, row.name), property)
 
 
+_RESET = (r"^pool attribute '\w+' must be the int 0 \(a high-water mark can only be reset\), "
+          r"got ")
+
+
 @pytest.mark.parametrize("name, value, exc, match", [
     ("reuse_allow_opportunistic", 1.0, TypeError, "must be a bool, got float"),
     ("reuse_follow_event_dependencies", 0.0, TypeError, "must be a bool, got float"),
     ("reuse_allow_internal_dependencies", "yes", TypeError, "must be a bool, got str"),
     ("release_threshold", 1.5, TypeError, "release_threshold must be an int number of bytes"),
-    ("used_mem_high", 0.0, ValueError, r"can only be reset, by setting 0 \(got 0\.0\)"),
-    ("reserved_mem_high", False, ValueError, r"can only be reset, by setting 0 \(got False\)"),
+    # A watermark is reset by the int 0: a value of another type, 0 as it may be, is a TypeError.
+    ("used_mem_high", 0.0, TypeError, _RESET + "float$"),
+    ("reserved_mem_high", False, TypeError, _RESET + "bool$"),
+    ("used_mem_high", "0", TypeError, _RESET + "str$"),
+    ("reserved_mem_high", None, TypeError, _RESET + "NoneType$"),
+    ("used_mem_high", b"0", TypeError, _RESET + "bytes$"),
 ])
 def test_a_pool_attribute_of_the_wrong_type_is_refused_before_the_pool_is_touched(
         name, value, exc, match):
