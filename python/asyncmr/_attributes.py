@@ -67,8 +67,9 @@ class PoolAttributes:
     Read-write: ``release_threshold`` (bytes), ``reuse_follow_event_dependencies``,
     ``reuse_allow_opportunistic``, ``reuse_allow_internal_dependencies`` (bool).
     Read-only: ``reserved_mem_current``, ``used_mem_current`` (bytes).
-    Watermarks: ``reserved_mem_high``, ``used_mem_high`` (bytes); setting 0 resets them, any
-    other value raises ValueError. CUDA 13.2 attributes (read-only): ``allocation_type``,
+    Watermarks: ``reserved_mem_high``, ``used_mem_high`` (bytes); setting the int 0 resets them,
+    another int raises ValueError, a value of another type (``0.0``, ``False``, ``"0"``, None)
+    TypeError. CUDA 13.2 attributes (read-only): ``allocation_type``,
     ``location_type``, ``location_id``, ``max_pool_size``, ``export_handle_types``,
     ``hw_decompress_enabled``; on older drivers they are answered from what asyncmr knows about
     the pool and raise :class:`asyncmr.UnsupportedError` otherwise.
@@ -133,7 +134,10 @@ def _make_property(row: AttributeInfo) -> property:
     elif row.access == "reset_only":
 
         def fset(self, value):
-            if _validate.integer(value) != 0:  # 0 as an int: not False, not 0.0
+            # The int 0: False, 0.0 or "0" is the wrong type; another int the wrong value.
+            number = _validate.as_integer(value, f"pool attribute {row.name!r}",
+                                          "the int 0 (a high-water mark can only be reset)")
+            if number != 0:
                 raise ValueError(
                     f"pool attribute {row.name!r} is a high-water mark: it can only be reset, "
                     f"by setting 0 (got {value!r})"
