@@ -357,6 +357,20 @@ def test_numpy_integers_are_taken_where_ints_are(no_gpu, call):
         call()
 
 
+
+@pytest.mark.parametrize("call", [
+    lambda: AsyncPinnedMR(accessible_from=[]),
+    lambda: AsyncPinnedMR(pool="new", accessible_from=()),
+    lambda: AsyncManagedMR(location=Location.host(), accessible_from=[]),
+])
+def test_an_empty_accessible_from_is_taken_as_no_device(no_gpu, call):
+    # [] has a meaning: grant no device (host-only memory; test_resources checks the pool's
+    # access on a GPU), neither "all" nor an error. Read as "all" it fails the assertion;
+    # refused, the call raises ValueError or TypeError before the device is looked for.
+    assert asyncmr._validate.devices([]) == (False, [])
+    with pytest.raises(asyncmr.NoDeviceError):
+        call()
+
 class _Gpu(enum.IntEnum):
     """A user's own int enum, whose members are ints a device ordinal was read from."""
     main = 1

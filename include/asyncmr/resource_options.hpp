@@ -38,7 +38,8 @@ struct resource_options {
   /// applied exactly.
   std::optional<std::uint64_t> release_threshold{};
   /// Pinned resources and host-located managed pools: devices granted read-write access; unset =
-  /// every visible device. Ignored for device-located managed pools (their device has access).
+  /// every visible device, empty = none (nothing is granted; the driver is not asked). Ignored for
+  /// device-located managed pools (their device has access).
   std::optional<std::vector<int>> accessible_from{};
   /// Bytes the pool is grown by before the constructor returns, as RMM's `initial_pool_size`:
   /// one allocation of `reserve` bytes, freed at once on a stream of the resource's own and

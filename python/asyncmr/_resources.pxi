@@ -407,7 +407,8 @@ cdef class AsyncManagedMR(_PoolResource):
         threshold is 0 is raised to the maximum (process-wide effect), a non-zero one is kept;
         owned pools get the maximum. Set (0 included): applied exactly.
     accessible_from : "all" | int | list of int
-        Devices granted read-write access when the pool is located on the host.
+        Devices granted read-write access when the pool is located on the host; an empty list
+        grants none (as for :class:`AsyncPinnedMR`).
     reserve : int
         Bytes the pool is grown by before the constructor returns, as RMM's
         ``initial_pool_size``: one allocation of that size, freed at once and synchronized on a
@@ -482,7 +483,8 @@ cdef class AsyncPinnedMR(_PoolResource):
     accessible_from : "all" | int | list of int
         Devices granted read-write access to the pool (host pools start with none; a kernel
         touching memory it cannot access kills the CUDA context). On a shared pool this is a
-        process-wide effect.
+        process-wide effect. An empty list grants none: memory for the host alone (the driver
+        is not asked, so access a shared pool already grants stays).
     release_threshold : int, optional
         As for :class:`AsyncManagedMR`.
     reserve : int
