@@ -116,6 +116,22 @@ def test_a_shape_that_is_not_a_sequence_is_refused_as_numpy_does(shape):
             call(shape)
 
 
+@pytest.mark.parametrize("shape", [b"\x02", b"", bytearray(b"\x02\x03"), memoryview(b"\x02"),
+                                   memoryview(b""), memoryview(np.array([2, 3]))],
+                         ids=["bytes", "empty-bytes", "bytearray", "memoryview",
+                              "empty-memoryview", "memoryview-of-ints"])
+def test_a_shape_that_is_a_buffer_is_refused(shape):
+    # numpy.empty reads a buffer's items as dimensions (b"\x02" is shape (2,), b"" shape ()):
+    # here it is refused as a buffer passed where a shape was meant, as accessible_from
+    # refuses bytes for a list of devices (asyncmr._validate.items).
+    for call in (pinned_empty, pinned_zeros, lambda s: pinned_full(s, 0.0),
+                 lambda s: pinned_empty_like(np.zeros(0), shape=s),
+                 lambda s: asyncmr.PinnedBlock(0).as_array(s, np.uint8)):
+        with pytest.raises(TypeError, match=r"shape must be an int or a sequence of ints, got "
+                                            rf"{type(shape).__name__}$"):
+            call(shape)
+
+
 @pytest.mark.parametrize("order", ["", "cf", "CF", "FC", "AK", "FA", "KA", "CA", "A", "K", "Ca",
                                    None, 1, b"C"])
 def test_an_order_other_than_c_or_f_is_refused_naming_it(order):
