@@ -37,7 +37,6 @@ from __future__ import annotations
 import ctypes
 import sys
 import threading
-from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 
 import numpy as np
@@ -195,16 +194,17 @@ def _check_shape(shape) -> tuple[int, ...]:
     elif isinstance(shape, bool):
         raise TypeError("shape must be an int or a sequence of ints, got bool")
     else:
-        # As numpy.empty: a mapping (its keys), a set (no order) or an iterator (used up here)
-        # is no sequence of dimensions.
+        expected = "shape must be an int or a sequence of ints"
+        # As numpy.empty: a set (no order) or an iterator (used up here) is no sequence of
+        # dimensions; _validate.items refuses a mapping (its keys) and, unlike numpy.empty, a
+        # buffer (bytes, a memoryview: data passed where a shape was meant).
         try:
-            if isinstance(shape, (Mapping, AbstractSet)) or iter(shape) is shape:
-                raise TypeError
-            items = tuple(shape)
+            one_shot = isinstance(shape, AbstractSet) or iter(shape) is shape
         except TypeError:
-            raise TypeError(
-                f"shape must be an int or a sequence of ints, got {_validate.type_name(shape)}"
-            ) from None
+            one_shot = False  # not iterable: _validate.items says so
+        if one_shot:
+            raise TypeError(f"{expected}, got {_validate.type_name(shape)}")
+        items = _validate.items(shape, expected)
         dims = tuple(_validate.as_integer(d, "shape entries", "ints") for d in items)
     if any(d < 0 for d in dims):
         raise ValueError(f"negative dimensions are not allowed: shape {dims}")
