@@ -10,6 +10,7 @@ import math
 import os
 import pickle
 import pickletools
+import re
 
 import time
 
@@ -1139,6 +1140,44 @@ def test_a_character_device_is_refused_not_read_forever():
     assert run.returncode == 3, (run.returncode, run.stderr[-500:])
     assert "/dev/zero is not a history file: it is not a regular file" in run.stdout
 
+
+
+OUT_OF_MEMORY_CHILD = """
+import resource, sys
+from asyncmr import history
+# What this process maps now and 512 MiB more: too little for the file it is given.
+with open("/proc/self/status") as f:
+    mapped = next(int(line.split()[1]) << 10 for line in f if line.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (mapped + (512 << 20), mapped + (512 << 20)))
+try:
+    history.load(sys.argv[1])
+    print("LOADED")
+except Exception as e:
+    print(type(e).__name__, e)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"),
+                    reason="the child reads its mapped size from Linux's /proc/self/status")
+@pytest.mark.parametrize("content, steps", [
+    (None, "reading"),  # a 2 GiB sparse file: read() asks for all of it at once
+    (b"\x80\x02" + b"]" * (16 << 20) + b".", "checking|unpickling"),  # 16 Mi empty lists
+    (b"\x80\x02" + b"]" * (64 << 20) + b".", "checking|unpickling"),  # the scan's stack too
+], ids=["sparse-2GiB", "lists-16Mi", "lists-64Mi"])
+def test_a_file_too_large_for_memory_is_a_memory_error_naming_it(tmp_path, content, steps):
+    # CPython's MemoryError says nothing, and the unpickler's was reported as 'it does not
+    # unpickle ()', a history it might be: the error names the file, its size and the step.
+    path = tmp_path / "large.pickle"
+    with open(path, "wb") as f:
+        if content is None:
+            f.truncate(2 << 30)
+        else:
+            f.write(content)
+    size = path.stat().st_size
+    run = _run_bounded(["-c", OUT_OF_MEMORY_CHILD, str(path)], seconds=120)
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    assert re.fullmatch(rf"MemoryError asyncmr: out of memory ({steps}) {re.escape(str(path))} "
+                        rf"\({size} bytes\) as a history file\n", run.stdout), run.stdout
 
 def test_plot_refuses_to_draw_over_the_history_it_reads(tmp_path, capsys):
     pytest.importorskip("matplotlib")
