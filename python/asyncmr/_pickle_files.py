@@ -224,22 +224,41 @@ def read_plain_pickle(path: object, what: str, why: str) -> tuple[Any, int]:
     """The plain values pickled in the file at `path`, and the file's size; ValueError naming
     the file when it is not `what` (a class named, nesting past MAX_NESTING, a dict key or set
     item whose hash could cost more than its bytes, not a pickle, not a regular file: `why` says
-    what it should hold). OSError when it cannot be read."""
+    what it should hold). OSError when it cannot be read; MemoryError naming the file, its size
+    and the step when the memory left cannot hold it read or unpickled."""
     path = checked_path(path)
     name = os.fspath(path)
     # Non-blocking, so that a FIFO does not wait for a writer; read only a regular file (a FIFO
     # or /dev/zero would never end).
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(21, os.strerror(21), name)
-        if not stat.S_ISREG(mode):
+        if not stat.S_ISREG(st.st_mode):
             raise ValueError(f"asyncmr: {name} is not {what}: it is not a regular file")
         with open(fd, "rb", closefd=False) as f:
-            raw = f.read()
+            try:
+                raw = f.read()
+            except MemoryError:
+                raise _out_of_memory("reading", name, st.st_size, what) from None
     finally:
         os.close(fd)
+    try:
+        return _unpickle_plain(raw, name, what, why), len(raw)
+    except MemoryError:  # the scan's or the unpickler's
+        raise _out_of_memory("unpickling", name, len(raw), what) from None
+
+
+def _out_of_memory(step: str, name: str, size: int, what: str) -> MemoryError:
+    """Python's MemoryError says nothing, the scan's only std::bad_alloc: this one names the
+    file, its size and the step. The file is not called malformed: it may well be `what`."""
+    return MemoryError(f"asyncmr: out of memory {step} {name} ({size} bytes) as {what}")
+
+
+def _unpickle_plain(raw: bytes, name: str, what: str, why: str) -> Any:
+    """The plain values the pickle `raw` (the file `name`) holds, once the scan let it through;
+    ValueError as read_plain_pickle says. A MemoryError goes on as it is."""
     try:
         deepest, hashed_at, memo_at = _scan(raw)
     except ValueError:
@@ -265,10 +284,12 @@ def read_plain_pickle(path: object, what: str, why: str) -> tuple[Any, int]:
                          f"{hashed_at}: hashed as it is read, at a cost that can be far past the "
                          f"file's size; {why})")
     try:
-        return _PlainUnpickler(io.BytesIO(raw)).load(), len(raw)
+        return _PlainUnpickler(io.BytesIO(raw)).load()
     except _Refused as e:
         raise ValueError(f"asyncmr: {name} is not {what}: it holds a {e} object (refused, not "
                          f"loaded: {why})") from None
-    except Exception as e:  # noqa: BLE001 - any failure to unpickle means "not a history"
+    except MemoryError:
+        raise  # the file is too large for this process, not malformed: the caller says so
+    except Exception as e:  # noqa: BLE001 - any other failure to unpickle means "not a history"
         raise ValueError(f"asyncmr: {name} is not {what}: it does not unpickle "
                          f"({' '.join(str(e).split())})") from None
