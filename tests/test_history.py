@@ -1161,8 +1161,8 @@ except Exception as e:
                     reason="the child reads its mapped size from Linux's /proc/self/status")
 @pytest.mark.parametrize("content, steps", [
     (None, "reading"),  # a 2 GiB sparse file: read() asks for all of it at once
-    (b"\x80\x02" + b"]" * (16 << 20) + b".", "checking|unpickling"),  # 16 Mi empty lists
-    (b"\x80\x02" + b"]" * (64 << 20) + b".", "checking|unpickling"),  # the scan's stack too
+    (b"\x80\x02" + b"]" * (16 << 20) + b".", "unpickling"),  # 16 Mi empty lists
+    (b"\x80\x02" + b"]" * (64 << 20) + b".", "unpickling"),  # the scan's stack too
 ], ids=["sparse-2GiB", "lists-16Mi", "lists-64Mi"])
 def test_a_file_too_large_for_memory_is_a_memory_error_naming_it(tmp_path, content, steps):
     # CPython's MemoryError says nothing, and the unpickler's was reported as 'it does not
