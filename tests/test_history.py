@@ -1328,12 +1328,13 @@ MEMO_CHILD = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # the test's host survives a failure
 from asyncmr import history
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 try:
     history.load(sys.argv[1])
     print("LOADED")
 except ValueError as e:
     print("REFUSED", e)
-print("PEAK", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+print("GREW", (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
 """
 
 
@@ -1357,7 +1358,9 @@ def test_a_memo_index_past_the_files_size_is_refused_before_unpickling(tmp_path,
     assert lines[0].startswith(f"REFUSED asyncmr: {path} is not a history file: it names memo "
                                f"index "), run.stdout
     assert "past the file's size" in lines[0], run.stdout
-    assert int(lines[1].split()[1]) < 512, run.stdout  # peak MiB: nothing near the index's size
+    # The peak's growth while loading, MiB: nothing near the index's size (the peak itself is the
+    # import's on a GPU host: 1376 MiB on an H100, where asyncmr loads the CUDA libraries).
+    assert int(lines[1].split()[1]) < 256, run.stdout
 
 
 def test_a_save_that_fails_leaves_the_file_it_would_replace_as_it_was(tmp_path):
