@@ -1245,6 +1245,8 @@ def _run_bounded(args, seconds=20):
     import subprocess
     import sys
 
+    if os.environ.get("ASYNCMR_UNDER_SANITIZER") == "1":
+        seconds *= 10  # compute-sanitizer instruments the child, which loads the CUDA libraries
     try:
         return subprocess.run([sys.executable, *args], capture_output=True, text=True,
                               timeout=seconds)
