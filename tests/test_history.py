@@ -1179,6 +1179,31 @@ def test_a_file_too_large_for_memory_is_a_memory_error_naming_it(tmp_path, conte
     assert re.fullmatch(rf"MemoryError asyncmr: out of memory ({steps}) {re.escape(str(path))} "
                         rf"\({size} bytes\) as a history file\n", run.stdout), run.stdout
 
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"),
+                    reason="the child reads its mapped size from Linux's /proc/self/status")
+@pytest.mark.parametrize("content, step", [
+    (None, "reading"),  # a 2 GiB sparse file
+    (b"\x80\x02" + b"]" * (16 << 20) + b".", "unpickling"),  # 16 Mi empty lists
+], ids=["sparse-2GiB", "lists-16Mi"])
+def test_plot_of_a_file_too_large_for_memory_exits_2_in_one_line(tmp_path, content, step):
+    # As for a file that cannot be read or is no history: the reason on one line, no traceback.
+    path = tmp_path / "large.pickle"
+    with open(path, "wb") as f:
+        if content is None:
+            f.truncate(2 << 30)
+        else:
+            f.write(content)
+    size = path.stat().st_size
+    # OUT_OF_MEMORY_CHILD's limit, then the command as `python -m asyncmr plot` runs it.
+    child = OUT_OF_MEMORY_CHILD.split("try:")[0] + (
+        "sys.exit(history.main([sys.argv[1], '-o', sys.argv[1] + '.png']))\n")
+    run = _run_bounded(["-c", child, str(path)], seconds=120)
+    assert (run.returncode, run.stdout) == (2, ""), (run.returncode, run.stderr[-2000:])
+    assert run.stderr == (f"asyncmr plot: out of memory {step} {path} ({size} bytes) as a "
+                          "history file\n"), run.stderr[-2000:]
+    assert not os.path.exists(f"{path}.png")
+
 def test_plot_refuses_to_draw_over_the_history_it_reads(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     path = tmp_path / "h.pickle"
