@@ -559,8 +559,8 @@ def plot(history_or_many: History | Mapping[str, History], out_path: str | os.Pa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m asyncmr plot HISTORY [-o timeline.png] [--title T]``; ``argv`` is what follows
-    ``plot``. Returns 0, or 2 when the file is not a history (or matplotlib is missing)."""
+    """``python -m asyncmr plot HISTORY [-o timeline.png] [--title T]`` (``argv``: what follows it).
+    Returns 0; 2: a file unreadable, no history or too big for memory, no matplotlib; 1: no PNG."""
     from asyncmr._cli import OnceAction  # an option given twice is refused, as for demo
 
     parser = argparse.ArgumentParser(prog="python -m asyncmr plot", description=(
@@ -580,7 +580,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as e:
         print(f"asyncmr plot: cannot read {args.history}: {e.strerror or e}", file=sys.stderr)
         return 2
-    except ValueError as e:
+    except (ValueError, MemoryError) as e:  # MemoryError: it names the file, size and step
         print(f"asyncmr plot: {str(e).removeprefix('asyncmr: ')}", file=sys.stderr)
         return 2
     if os.path.exists(args.output) and os.path.samefile(args.history, args.output):
