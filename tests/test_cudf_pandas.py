@@ -92,6 +92,29 @@ def test_numbers_are_ascii_digits_only(args, wrong, capsys):
     assert door._installed is None
 
 
+@pytest.mark.parametrize("args, wrong", [
+    (["--cache", "9" * 5000, "s.py"], "--cache takes a number of bytes below 2**64, got 5000 digits"),
+    (["--reserve", "1" + "0" * 20, "s.py"],
+     "--reserve takes a number of bytes below 2**64, got 21 digits"),
+    (["--prefetch", "9" * 4301, "s.py"],
+     "--prefetch takes device, host or a device ordinal below 2**31, got 4301 digits"),
+])
+def test_a_number_of_too_many_digits_is_named_as_the_option_it_is(args, wrong, capsys):
+    # Python's int() refuses more than 4300 digits, in words about sys.set_int_max_str_digits
+    # that name no option: the digits are counted before int() reads them.
+    assert door.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"asyncmr cudf-pandas: {wrong}\n"), err
+    assert door._installed is None
+
+
+def test_leading_zeros_do_not_count_as_digits():
+    zeros = "0" * 5000
+    assert door._options(["--reserve", zeros + "1024", "--cache", zeros, "--prefetch",
+                          zeros + "1", "s.py"]) == (
+        {"reserve": 1024, "cache": 0, "prefetch": 1}, ["s.py"])
+
+
 @pytest.mark.parametrize("args", [["--cache", "5", "-h"], ["--prefetch", "host", "--help", "s.py"]])
 def test_help_after_the_door_options_prints_the_usage_and_sets_up_nothing(args, capsys):
     assert door.main(args) == 0
