@@ -95,6 +95,15 @@ USAGE = ("usage: python -m asyncmr cudf-pandas [--cache BYTES] [--reserve BYTES]
 _HELP = ("-h", "--help")
 
 
+def _number(flag: str, digits: str, bits: int, what: str) -> int:
+    """ASCII ``digits`` as an int, judged by how many there are before int() reads them: int()
+    refuses more than 4300, in words that name no option."""
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > len(str(2**bits)):
+        raise ValueError(f"{flag} takes {what} below 2**{bits}, got {len(significant)} digits")
+    return int(significant)
+
+
 def _options(args: list[str]) -> tuple[dict[str, Any], list[str]]:
     """Takes the door's own options off the front of ``args``: (install's keywords, the rest,
     which starts with the script, ``-m``, or ``-h``/``--help``). Raises ValueError naming the
@@ -112,11 +121,11 @@ def _options(args: list[str]) -> tuple[dict[str, Any], list[str]]:
         if flag in ("--cache", "--reserve"):
             if not ascii_digits(value):
                 raise ValueError(f"{flag} takes a number of bytes (0 or more), got {value!r}")
-            options[flag[2:]] = int(value)
+            options[flag[2:]] = _number(flag, value, 64, "a number of bytes")
         elif value in ("device", "host"):
             options["prefetch"] = value
         elif ascii_digits(value):
-            options["prefetch"] = int(value)
+            options["prefetch"] = _number(flag, value, 31, "device, host or a device ordinal")
         else:
             raise ValueError(f"--prefetch takes device, host or a device ordinal, got {value!r}")
     if args and args[0].startswith("-") and args[0] != "-m" and args[0] not in _HELP:
