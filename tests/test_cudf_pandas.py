@@ -7,6 +7,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -213,6 +214,26 @@ def test_without_a_usable_gpu_the_runner_says_so_in_one_line(tmp_path, options):
     script.write_text("print('the script ran')\n")
     proc = _run_door(*options, str(script), env={"CUDA_VISIBLE_DEVICES": ""})
     _one_line_error(proc, 3, "no usable CUDA device: asyncmr: ")
+
+
+@pytest.mark.parametrize("options, says", [
+    (["--cache", "5"], r"cache must be 0 \(no cache\) or a cap in \[256 B, 1 PiB\], got 5"),
+    (["--reserve", "99999999999999999999"], r"reserve must be in \[0, 2\*\*64\)"),
+    (["--prefetch", "3000000000"], r"prefetch must be in \[0, 2\*\*31\), got 3000000000"),
+])
+def test_options_the_resource_refuses_are_named_before_the_device_is_looked_for(
+        tmp_path, options, says):
+    # A wrong option is the user's to fix on any machine: it is named, exit 2, before the runner
+    # asks the driver for a device (with none here, CUDA_VISIBLE_DEVICES="" hiding them all).
+    if os.environ.get("ASYNCMR_UNDER_SANITIZER") == "1":
+        not_applicable("compute-sanitizer shows the GPU to the child even with "
+                       "CUDA_VISIBLE_DEVICES=''; the no-GPU path is checked without it")
+    script = tmp_path / "script.py"
+    script.write_text("print('the script ran')\n")
+    proc = _run_door(*options, str(script), env={"CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 2 and proc.stdout == "", describe(proc)
+    assert re.fullmatch(rf"asyncmr cudf-pandas: (asyncmr: )?{says}[^\n]*\n", proc.stderr), \
+        describe(proc)
 
 
 WORKLOAD = r'''
