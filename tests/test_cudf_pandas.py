@@ -236,6 +236,18 @@ def test_options_the_resource_refuses_are_named_before_the_device_is_looked_for(
         describe(proc)
 
 
+def test_a_missing_script_is_named_before_anything_is_set_up(tmp_path):
+    # As `python missing.py` says (exit 2), and before the device and cuDF are looked for: where
+    # both are there, runpy.run_path met the missing file only after cuDF was installed, and
+    # the runner ended in its FileNotFoundError's traceback.
+    if os.environ.get("ASYNCMR_UNDER_SANITIZER") == "1":
+        not_applicable("compute-sanitizer shows the GPU to the child even with "
+                       "CUDA_VISIBLE_DEVICES=''; the no-GPU path is checked without it")
+    missing = tmp_path / "missing.py"
+    proc = _run_door("--cache", "0", str(missing), "--x", env={"CUDA_VISIBLE_DEVICES": ""})
+    _one_line_error(proc, 2, f"cannot open file {str(missing)!r}: No such file or directory")
+
+
 WORKLOAD = r'''
 import json
 import sys
