@@ -17,11 +17,11 @@ or, as ``python -m cudf.pandas`` does for a script or a module::
 ``prefetch=`` and ``discard=True``: every allocation placed where it will be used, its old
 contents dropped instead of migrated (CUDA 13 build).
 
-The runner's exit status: 2 for a wrong option, a missing cuDF or options the resource refuses
-(these checked first, on any machine); 3 without a usable CUDA device (looked for before cuDF);
-4 when the pool cannot be set up for lack of memory (``--reserve`` more than the GPU holds);
-each with one line on stderr. Otherwise it is the script's own (an exception in the script is
-its traceback and 1, as under ``python script.py``).
+The runner's exit status: 2 for a wrong option, a missing script, a missing cuDF or options the
+resource refuses (the options and the script checked first, on any machine); 3 without a usable
+CUDA device (looked for before cuDF); 4 when the pool cannot be set up for lack of memory
+(``--reserve`` more than the GPU holds); each with one line on stderr. Otherwise it is the
+script's own (an exception in the script is its traceback and 1, as under ``python script.py``).
 
 cudf.pandas's default memory is RMM's pool adaptor over managed memory with libcudf's managed
 prefetching on; ``install`` puts an :class:`asyncmr.AsyncManagedMR` in the adaptor's place
@@ -30,6 +30,7 @@ prefetching on; ``install`` puts an :class:`asyncmr.AsyncManagedMR` in the adapt
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 from typing import Any
@@ -159,6 +160,14 @@ def main(argv: list[str] | None = None) -> int:
         target, rest, module = args[1], args[2:], True
     else:
         target, rest, module = args[0], args[1:], False
+        # As `python missing.py` says, before anything is set up. (-m's module is not looked
+        # for: finding it imports its packages, which may import pandas before cudf.pandas.)
+        try:
+            os.stat(target)
+        except OSError as e:
+            print(f"asyncmr cudf-pandas: cannot open file {target!r}: {e.strerror}",
+                  file=sys.stderr)
+            return 2
     try:
         # A wrong option first (its fix is the user's on any machine), then no GPU (installing
         # cuDF would not help), then install() looks for cuDF.
