@@ -298,6 +298,12 @@ def test_a_location_the_class_methods_do_not_make_is_shown_by_its_fields():
      r"to must be .*, got 0\.0 \(float\)"),
     (lambda: asyncmr.advise((4096, 16), "set_accessed_by", to="cpu"), ValueError,
      r"to must be .*, got 'cpu'"),
+    # A Location whose kind is not a str is a TypeError as a target too, as to_location says
+    # for a resource's location (a LocationKind member is not its name).
+    (lambda: asyncmr.prefetch((4096, 16), to=Location(5, None)), TypeError,
+     r"to: a location's kind must be a str .*, got int"),
+    (lambda: AsyncManagedMR(prefetch=Location(asyncmr.LocationKind.device, 0)), TypeError,
+     r"prefetch: a location's kind must be a str .*, got LocationKind"),
     (lambda: AsyncManagedMR(location=Location.host_numa(0)), ValueError,
      "managed pools are located on a device, the host, or nowhere"),
     (lambda: AsyncManagedMR(location=Location.host_numa_current(), pool="new"), ValueError,
