@@ -303,7 +303,7 @@ def test_a_location_the_class_methods_do_not_make_is_shown_by_its_fields():
     (lambda: asyncmr.prefetch((4096, 16), to=Location(5, None)), TypeError,
      r"to: a location's kind must be a str .*, got int"),
     (lambda: AsyncManagedMR(prefetch=Location(asyncmr.LocationKind.device, 0)), TypeError,
-     r"prefetch: a location's kind must be a str .*, got LocationKind"),
+     r"prefetch: a location's kind must be a str .*, got asyncmr\._core\.LocationKind"),
     (lambda: AsyncManagedMR(location=Location.host_numa(0)), ValueError,
      "managed pools are located on a device, the host, or nowhere"),
     (lambda: AsyncManagedMR(location=Location.host_numa_current(), pool="new"), ValueError,

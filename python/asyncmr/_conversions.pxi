@@ -9,9 +9,7 @@ cdef location_t to_location(value) except *:
         raise TypeError(
             "location must be an asyncmr.Location (e.g. Location.device(0), Location.host()), "
             f"got {type(value).__name__}")
-    if not isinstance(value.kind, str):  # a LocationKind member is not its name: unequal
-        raise TypeError(f"a location's kind must be a str (one of {LOCATION_KINDS}; build it with "
-                        f"the Location class methods), got {type(value.kind).__name__}")
+    _validate.location_kind(value)
     kind = _KINDS.get(value.kind)
     if kind is None:
         raise ValueError(f"unknown location kind {value.kind!r}; expected one of {LOCATION_KINDS}")

@@ -151,6 +151,18 @@ def handle(value) -> int:
     return value
 
 
+def location_kind(value, name: str = "") -> None:
+    """TypeError when the :class:`Location` ``value`` has a kind that is not a str (a
+    LocationKind member is not its name, and equals no Location built from one), the message
+    led by ``name`` when given."""
+    if not isinstance(value.kind, str):
+        from asyncmr._core import LOCATION_KINDS  # it imports this module
+
+        raise TypeError(f"{name + ': ' if name else ''}a location's kind must be a str (one of "
+                        f"{LOCATION_KINDS}; build it with the Location class methods), got "
+                        f"{type_name(value.kind)}")
+
+
 def target(name: str, value, *, unset: bool = False):
     """A place to move managed memory to (AsyncManagedMR's ``prefetch``, the placement calls'
     ``to``): "device", "host", a device ordinal or a :class:`Location` of a device or the host.
@@ -163,6 +175,7 @@ def target(name: str, value, *, unset: bool = False):
     expected = (f'{name} must be {"None, " if unset else ""}"device", a device ordinal, "host" '
                 "or an asyncmr.Location")
     if isinstance(value, Location):
+        location_kind(value, name)
         if not (value.kind == "device" or value.is_host):
             raise ValueError(f"{name} must be a device or the host, got {value!r}")
         return value
