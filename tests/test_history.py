@@ -1204,6 +1204,71 @@ def test_plot_of_a_file_too_large_for_memory_exits_2_in_one_line(tmp_path, conte
                           "history file\n"), run.stderr[-2000:]
     assert not os.path.exists(f"{path}.png")
 
+# Finds, by halving, about the least memory past what it maps with which this process loads
+# the history it is given, each try in a fork limited to it, and prints what every try got.
+OUT_OF_MEMORY_SEARCH = """
+import os, resource, sys
+from asyncmr import history
+
+def mapped():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) << 10 for line in f if line.startswith("VmSize:"))
+
+def attempt(extra):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        limit = mapped() + extra
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        try:
+            history.load(sys.argv[1])
+            out = "LOADED"
+        except BaseException as e:
+            out = f"{type(e).__name__} {e}"
+        os.write(w, out.encode())
+        os._exit(0)
+    os.close(w)
+    chunks = []
+    while chunk := os.read(r, 65536):
+        chunks.append(chunk)
+    os.close(r)
+    os.waitpid(pid, 0)
+    return b"".join(chunks).decode()
+
+lo, hi = 0, 2 << 30
+seen = [attempt(hi)]
+while hi - lo > (2 << 20):
+    mid = (lo + hi) // 2
+    out = attempt(mid)
+    seen.append(out)
+    lo, hi = (lo, mid) if out == "LOADED" else (mid, hi)
+for step in range(1, 9):  # just short of it, where the load's largest step runs out
+    seen.append(attempt(max(hi - step * (1 << 20), 0)))
+print("\\n".join(seen))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status") or not hasattr(os, "fork"),
+                    reason="the child reads its mapped size from Linux's /proc/self/status")
+def test_a_history_that_loads_but_not_its_checks_is_a_memory_error_naming_it(tmp_path):
+    # Past the unpickler, the history's checks copy every event: with memory for the unpickling
+    # but not for them, load raised a MemoryError with no message and plot printed an empty
+    # reason. Every try of the search must load or name the file, its size and the step.
+    path = tmp_path / "many.pickle"
+    History(_plain_header(stacks="none", max_events=30_000),
+            [_plain_event(time_ns=i + 1) for i in range(30_000)]).save(path)
+    size = path.stat().st_size
+    run = _run_bounded(["-c", OUT_OF_MEMORY_SEARCH, str(path)], seconds=120)
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    tries = run.stdout.splitlines()
+    assert "LOADED" in tries and any(t != "LOADED" for t in tries), run.stdout
+    named = re.compile(rf"MemoryError asyncmr: out of memory (reading|unpickling|checking) "
+                       rf"{re.escape(str(path))} \({size} bytes\) as a history file")
+    wrong = sorted({t for t in tries if t != "LOADED" and not named.fullmatch(t)})
+    assert not wrong, wrong
+
+
 def test_plot_refuses_to_draw_over_the_history_it_reads(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     path = tmp_path / "h.pickle"
