@@ -145,6 +145,10 @@ def _unreadable(raw: bytes) -> str:
     return "an opcode argument asyncmr does not read, or no STOP"
 
 
+# What a history file holds, for read_plain_pickle's refusals (history.load).
+HISTORY_WHY = "a history holds only plain values, nesting six levels, keyed by str"
+
+
 def check_history_cost(where: str, raw: object, budget: int) -> int:
     """Counts what History walks in `raw` (header items, phases, events, each event's keys and
     frames; a value the file names twice, twice) against `budget`, the file's bytes: returns
@@ -241,19 +245,19 @@ def read_plain_pickle(path: object, what: str, why: str) -> tuple[Any, int]:
             try:
                 raw = f.read()
             except MemoryError:
-                raise _out_of_memory("reading", name, st.st_size, what) from None
+                raise out_of_memory("reading", name, st.st_size, what) from None
     finally:
         os.close(fd)
     try:
         return _unpickle_plain(raw, name, what, why), len(raw)
     except MemoryError:  # the scan's or the unpickler's
-        raise _out_of_memory("unpickling", name, len(raw), what) from None
+        raise out_of_memory("unpickling", name, len(raw), what) from None
 
 
-def _out_of_memory(step: str, name: str, size: int, what: str) -> MemoryError:
+def out_of_memory(step: str, name: str | os.PathLike[str], size: int, what: str) -> MemoryError:
     """Python's MemoryError says nothing, the scan's only std::bad_alloc: this one names the
     file, its size and the step. The file is not called malformed: it may well be `what`."""
-    return MemoryError(f"asyncmr: out of memory {step} {name} ({size} bytes) as {what}")
+    return MemoryError(f"asyncmr: out of memory {step} {os.fspath(name)} ({size} bytes) as {what}")
 
 
 def _unpickle_plain(raw: bytes, name: str, what: str, why: str) -> Any:

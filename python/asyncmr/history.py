@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from asyncmr import _validate
-from asyncmr._pickle_files import (PICKLE_PROTOCOL, check_history_cost, read_plain_pickle,
-                                   write_pickle)
+from asyncmr._pickle_files import (HISTORY_WHY, PICKLE_PROTOCOL, check_history_cost,
+                                   out_of_memory, read_plain_pickle, write_pickle)
 
 __all__ = ["ACTIONS", "KINDS", "VERSION", "History", "gather", "load", "load_many", "main",
            "plot", "save_many"]
@@ -421,9 +421,7 @@ def _from_raw(where: str, raw: object) -> History:
 
 def _read(path: str | os.PathLike[str]) -> History | dict[str, History]:
     """The history in a file from History.save, or the histories in one from save_many."""
-    data, budget = read_plain_pickle(path, what="a history file",
-                                     why="a history holds only plain values, nesting six levels, "
-                                         "keyed by str")
+    data, budget = read_plain_pickle(path, what="a history file", why=HISTORY_WHY)
     try:
         if isinstance(data, dict) and "asyncmr" in data:
             check_history_cost("its 'asyncmr'", data["asyncmr"], budget)
@@ -442,6 +440,8 @@ def _read(path: str | os.PathLike[str]) -> History | dict[str, History]:
     except (TypeError, ValueError, RecursionError) as e:
         raise ValueError(f"asyncmr: {os.fspath(path)} holds a malformed history: "
                          f"{str(e).removeprefix('asyncmr: ')}") from None
+    except MemoryError:  # the checks copy every event: more than the unpickling took
+        raise out_of_memory("checking", path, os.path.getsize(path), "a history file") from None
     if isinstance(data, dict) and "segments" in data:
         what = "a PyTorch memory snapshot without asyncmr's history (no 'asyncmr' key)"
     else:
