@@ -4,6 +4,7 @@
 import enum
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -169,6 +170,13 @@ def test_a_location_the_class_methods_do_not_make_is_shown_by_its_fields():
     assert repr(Location.host_numa(2)) == "Location.host_numa(2)"
 
 
+class _Theirs:
+    class Location(NamedTuple):
+        """Another library's location type, of the same name and fields as asyncmr's."""
+        kind: str
+        id: int | None = None
+
+
 @pytest.mark.parametrize("call, exc, match", [
     (lambda: Location.device(-1), ValueError, "device ordinal must be in"),
     (lambda: Location.device("0"), TypeError, "device ordinal must be an int"),
@@ -322,6 +330,18 @@ def test_a_location_the_class_methods_do_not_make_is_shown_by_its_fields():
     (lambda: AsyncDeviceMR(np.int64(-1)), ValueError, r"device must be in \[0, 2\*\*31\)"),
     (lambda: MemPool.from_handle(np.uint64(0)), ValueError, "non-zero"),
     (lambda: Location.host_numa(np.int8(-1)), ValueError, "NUMA node must be in"),
+    # A type is named as type_name names it: NumPy's bool is no Python bool, another
+    # library's Location no asyncmr.Location, though their bare names say the same.
+    (lambda: MemPool.from_handle(0x7F0000001000, owned=np.True_), TypeError,
+     r"owned must be a bool, got numpy\.bool"),
+    (lambda: MemPool.create(_Theirs.Location("device", 0), "device"), TypeError,
+     r"location must be an asyncmr\.Location .*, got test_cpu\._Theirs\.Location"),
+    (lambda: MemPool.create(Location.device(0), asyncmr.PoolSource.new_pool), TypeError,
+     r"allocation_type must be .*, got asyncmr\.(_core\.)?PoolSource"),
+    (lambda: MemPool.__new__(MemPool).set_access(0, np.True_), TypeError,
+     r"access mode must be a str, got numpy\.bool"),
+    (lambda: MemPool.__new__(MemPool).track_peak(np.int64(5)), TypeError,
+     r"a phase's name must be a str, got numpy\.int64"),
 ])
 def test_bad_arguments_fail_before_cuda(call, exc, match):
     # These raise the same way with or without a GPU: validation runs first.
