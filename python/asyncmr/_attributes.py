@@ -313,7 +313,7 @@ def check_phase_name(name: object, *, allow_none: bool = False) -> str | None:
     if name is None and allow_none:
         return None
     if not isinstance(name, str):
-        raise TypeError(f"asyncmr: a phase's name must be a str, got {type(name).__name__}")
+        raise TypeError(f"asyncmr: a phase's name must be a str, got {_validate.type_name(name)}")
     if not name:
         raise ValueError("asyncmr: a phase needs a non-empty name, got ''")
     return name

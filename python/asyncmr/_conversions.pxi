@@ -8,7 +8,7 @@ cdef location_t to_location(value) except *:
     if not isinstance(value, Location):
         raise TypeError(
             "location must be an asyncmr.Location (e.g. Location.device(0), Location.host()), "
-            f"got {type(value).__name__}")
+            f"got {_validate.type_name(value)}")
     _validate.location_kind(value)
     kind = _KINDS.get(value.kind)
     if kind is None:
@@ -38,7 +38,7 @@ cdef AllocationType to_type(value) except *:
         return value
     if not isinstance(value, str):
         raise TypeError("allocation_type must be 'device', 'pinned', 'managed' or an "
-                        f"AllocationType, got {type(value).__name__}")
+                        f"AllocationType, got {_validate.type_name(value)}")
     t = _TYPES.get(value)
     if t is None:
         raise ValueError(f"unknown allocation_type {value!r}; expected one of {ALLOCATION_TYPES}")

@@ -137,7 +137,7 @@ def _attribute_index(index):
 
 def _access_mode(value):
     if not isinstance(value, str):
-        raise TypeError(f"access mode must be a str, got {type(value).__name__}")
+        raise TypeError(f"access mode must be a str, got {_validate.type_name(value)}")
     mode = ACCESS_MODES.get(value)
     if mode is None:
         raise ValueError(f"access mode must be one of {tuple(ACCESS_MODES)}, got {value!r}")

@@ -79,7 +79,7 @@ cdef class MemPool:
         now (see the README's Known limits).
         """
         if not isinstance(owned, bool):  # bool("no") is True: the wrong pool would be destroyed
-            raise TypeError(f"owned must be a bool, got {type(owned).__name__}")
+            raise TypeError(f"owned must be a bool, got {_validate.type_name(owned)}")
         if isinstance(handle, MemPool):
             handle = handle.handle  # raises PoolClosedError for a closed pool
         h = _validate.handle(handle)
