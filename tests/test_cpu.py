@@ -342,6 +342,13 @@ class _Theirs:
      r"access mode must be a str, got numpy\.bool"),
     (lambda: MemPool.__new__(MemPool).track_peak(np.int64(5)), TypeError,
      r"a phase's name must be a str, got numpy\.int64"),
+    # import_pointer's data is bytes-like (export_pointer's 64 bytes): another type is named.
+    (lambda: MemPool.__new__(MemPool).import_pointer("x" * 64, 64), TypeError,
+     r"data must be the 64 bytes export_pointer returned \(a bytes-like object\), got str"),
+    (lambda: MemPool.__new__(MemPool).import_pointer(None, 64), TypeError,
+     r"data must be the 64 bytes .*, got NoneType"),
+    (lambda: MemPool.__new__(MemPool).import_pointer(list(range(64)), 64), TypeError,
+     r"data must be the 64 bytes .*, got list"),
 ])
 def test_bad_arguments_fail_before_cuda(call, exc, match):
     # These raise the same way with or without a GPU: validation runs first.
@@ -782,3 +789,11 @@ def test_no_library_source_file_is_over_600_lines():
             if (n := len(p.read_text().splitlines())) > 600}
     assert len(sources) > 40
     assert not long, long
+
+
+def test_import_pointer_takes_the_64_bytes_from_any_buffer():
+    # A strided view of the 64 bytes is as good as bytes: it passes the data check and reaches
+    # the pool (here an empty MemPool, refused by name), where memoryview's cast refused it.
+    data = np.zeros(128, np.uint8)[::2]
+    with pytest.raises(TypeError, match="MemPool.__new__ made an empty MemPool"):
+        MemPool.__new__(MemPool).import_pointer(data, 64)
