@@ -258,12 +258,17 @@ cdef class MemPool:
         its allocation before every importer has released theirs.
         """
         cdef exported_pointer raw
-        view = memoryview(data).cast("B")
+        try:
+            view = memoryview(data)
+        except TypeError:
+            raise TypeError("data must be the 64 bytes export_pointer returned (a bytes-like "
+                            f"object), got {_validate.type_name(data)}") from None
         if view.nbytes != 64:
             raise ValueError(f"data must be the 64 bytes export_pointer returned, got {view.nbytes}")
         n = _validate.size("nbytes", nbytes, optional=False)
+        content = view.tobytes()  # in order, from a strided view too
         for i in range(64):
-            raw.bytes[i] = view[i]
+            raw.bytes[i] = content[i]
         cdef unique_ptr[imported_allocation] imported = import_pointer(deref(self.get()), raw)
         cdef size_t mapped = deref(imported).size()
         if mapped != 0 and n > mapped:
