@@ -349,6 +349,17 @@ class _Theirs:
      r"data must be the 64 bytes .*, got NoneType"),
     (lambda: MemPool.__new__(MemPool).import_pointer(list(range(64)), 64), TypeError,
      r"data must be the 64 bytes .*, got list"),
+    # An enum member other than ExportHandle's is no export handle type's bits (PoolSource.current
+    # is 1, posix_fd's bit), and no member is an address.
+    (lambda: MemPool.create(Location.host(), "pinned",
+                            export_handle_types=asyncmr.PoolSource.current), TypeError,
+     r"export_handle_types must be .*, got <PoolSource\.current: 1> "
+     r"\(asyncmr\.(_core\.)?PoolSource\)"),
+    (lambda: MemPool.create(Location.host(), "pinned", export_handle_types=_Gpu.main), TypeError,
+     r"export_handle_types must be .*, got <_Gpu\.main: 1> \(test_cpu\._Gpu\)"),
+    (lambda: asyncmr.export_pointer(asyncmr.PoolSource.new_pool), TypeError,
+     r"ptr must be a non-zero int address, got <PoolSource\.new_pool: 2> "
+     r"\(asyncmr\.(_core\.)?PoolSource\)"),
 ])
 def test_bad_arguments_fail_before_cuda(call, exc, match):
     # These raise the same way with or without a GPU: validation runs first.
