@@ -7,6 +7,7 @@ def export_pointer(ptr):
     pool created with export handle types) with :meth:`MemPool.import_pointer`. Export the
     pool (:meth:`MemPool.export_fd`) first: the driver refuses the allocations of a pool it has
     not exported. Do not free ``ptr`` before every importer has released its import."""
+    _validate.not_a_number("ptr must be a non-zero int address", ptr)
     ptr = _validate.as_integer(ptr, "ptr", "a non-zero int address")
     if not 0 < ptr < 2**64:
         raise ValueError(f"ptr must be a non-zero 64-bit address, got {ptr}")
@@ -24,6 +25,9 @@ def _export_handle_bits(value):
         return 0
     if isinstance(value, str):
         value = [value]
+    if not isinstance(value, ExportHandle):  # another enum's member is a name, not bits
+        _validate.not_a_number("export_handle_types must be 'posix_fd', 'fabric', an "
+                               "ExportHandle, a list of them, or an int", value)
     bits = _validate.integer(value)
     if bits is not None:
         if not 0 <= bits < 2**31:
