@@ -193,6 +193,17 @@ def _run_door(*args, env=None):
                           env={**os.environ, **(env or {})})
 
 
+def _run_door_without_a_gpu(tmp_path, *options):
+    """The runner with ``options`` on a script that prints, every device hidden from it
+    (CUDA_VISIBLE_DEVICES=""), which compute-sanitizer undoes: not applicable under it."""
+    if os.environ.get("ASYNCMR_UNDER_SANITIZER") == "1":
+        not_applicable("compute-sanitizer shows the GPU to the child even with "
+                       "CUDA_VISIBLE_DEVICES=''; the no-GPU path is checked without it")
+    script = tmp_path / "script.py"
+    script.write_text("print('the script ran')\n")
+    return _run_door(*options, str(script), env={"CUDA_VISIBLE_DEVICES": ""})
+
+
 def _one_line_error(proc, code, says):
     """The runner failed with exit ``code`` and one line on stderr that ``says`` the problem:
     no traceback, and the script never ran (it prints)."""
@@ -207,12 +218,7 @@ def test_without_a_usable_gpu_the_runner_says_so_in_one_line(tmp_path, options):
     # Runs on GPU hosts too: CUDA_VISIBLE_DEVICES="" hides every device from the child. The
     # device is looked for before cuDF (installing cuDF would not help), and its lack has an
     # exit status of its own: 2 is a wrong option or a missing library, 1 the script's failure.
-    if os.environ.get("ASYNCMR_UNDER_SANITIZER") == "1":
-        not_applicable("compute-sanitizer shows the GPU to the child even with "
-                       "CUDA_VISIBLE_DEVICES=''; the no-GPU path is checked without it")
-    script = tmp_path / "script.py"
-    script.write_text("print('the script ran')\n")
-    proc = _run_door(*options, str(script), env={"CUDA_VISIBLE_DEVICES": ""})
+    proc = _run_door_without_a_gpu(tmp_path, *options)
     _one_line_error(proc, 3, "no usable CUDA device: asyncmr: ")
 
 
@@ -225,12 +231,7 @@ def test_options_the_resource_refuses_are_named_before_the_device_is_looked_for(
         tmp_path, options, says):
     # A wrong option is the user's to fix on any machine: it is named, exit 2, before the runner
     # asks the driver for a device (with none here, CUDA_VISIBLE_DEVICES="" hiding them all).
-    if os.environ.get("ASYNCMR_UNDER_SANITIZER") == "1":
-        not_applicable("compute-sanitizer shows the GPU to the child even with "
-                       "CUDA_VISIBLE_DEVICES=''; the no-GPU path is checked without it")
-    script = tmp_path / "script.py"
-    script.write_text("print('the script ran')\n")
-    proc = _run_door(*options, str(script), env={"CUDA_VISIBLE_DEVICES": ""})
+    proc = _run_door_without_a_gpu(tmp_path, *options)
     assert proc.returncode == 2 and proc.stdout == "", describe(proc)
     assert re.fullmatch(rf"asyncmr cudf-pandas: (asyncmr: )?{says}[^\n]*\n", proc.stderr), \
         describe(proc)

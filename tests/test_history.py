@@ -1157,6 +1157,17 @@ except Exception as e:
 """
 
 
+def _large_file(tmp_path, content):
+    """The file these tests read, and its size: ``content``, or a 2 GiB sparse file for None."""
+    path = tmp_path / "large.pickle"
+    with open(path, "wb") as f:
+        if content is None:
+            f.truncate(2 << 30)
+        else:
+            f.write(content)
+    return path, path.stat().st_size
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"),
                     reason="the child reads its mapped size from Linux's /proc/self/status")
 @pytest.mark.parametrize("content, steps", [
@@ -1167,13 +1178,7 @@ except Exception as e:
 def test_a_file_too_large_for_memory_is_a_memory_error_naming_it(tmp_path, content, steps):
     # CPython's MemoryError says nothing, and the unpickler's was reported as 'it does not
     # unpickle ()', a history it might be: the error names the file, its size and the step.
-    path = tmp_path / "large.pickle"
-    with open(path, "wb") as f:
-        if content is None:
-            f.truncate(2 << 30)
-        else:
-            f.write(content)
-    size = path.stat().st_size
+    path, size = _large_file(tmp_path, content)
     run = _run_bounded(["-c", OUT_OF_MEMORY_CHILD, str(path)], seconds=120)
     assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
     assert re.fullmatch(rf"MemoryError asyncmr: out of memory ({steps}) {re.escape(str(path))} "
@@ -1188,13 +1193,7 @@ def test_a_file_too_large_for_memory_is_a_memory_error_naming_it(tmp_path, conte
 ], ids=["sparse-2GiB", "lists-16Mi"])
 def test_plot_of_a_file_too_large_for_memory_exits_2_in_one_line(tmp_path, content, step):
     # As for a file that cannot be read or is no history: the reason on one line, no traceback.
-    path = tmp_path / "large.pickle"
-    with open(path, "wb") as f:
-        if content is None:
-            f.truncate(2 << 30)
-        else:
-            f.write(content)
-    size = path.stat().st_size
+    path, size = _large_file(tmp_path, content)
     # OUT_OF_MEMORY_CHILD's limit, then the command as `python -m asyncmr plot` runs it.
     child = OUT_OF_MEMORY_CHILD.split("try:")[0] + (
         "sys.exit(history.main([sys.argv[1], '-o', sys.argv[1] + '.png']))\n")
