@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from asyncmr._validate import type_name
 from asyncmr.history import History
 
 # matplotlib's axes, typed loosely: matplotlib is optional, and the stub check runs without it.
@@ -46,7 +47,7 @@ def lanes_of(history_or_many: History | Mapping[str, History]) -> list[tuple[str
         return [(lane_name(history_or_many), history_or_many)]
     if not isinstance(history_or_many, Mapping):
         raise TypeError(f"asyncmr: history_or_many must be a History or a dict of them, got "
-                        f"{type(history_or_many).__name__}")
+                        f"{type_name(history_or_many)}")
     if len(history_or_many) > MAX_LANES:
         raise ValueError(f"asyncmr: {len(history_or_many)} histories are more lanes than one "
                          f"timeline draws ({MAX_LANES}): plot a selection of them with "
@@ -54,10 +55,10 @@ def lanes_of(history_or_many: History | Mapping[str, History]) -> list[tuple[str
     lanes = []
     for name, h in history_or_many.items():
         if not isinstance(name, str):
-            raise TypeError(f"asyncmr: a worker's name must be a str, got {type(name).__name__}")
+            raise TypeError(f"asyncmr: a worker's name must be a str, got {type_name(name)}")
         if not isinstance(h, History):
             raise TypeError(f"asyncmr: histories[{name!r}] must be a History, got "
-                            f"{type(h).__name__}")
+                            f"{type_name(h)}")
         lanes.append((name, h))
     if not lanes:
         raise ValueError("asyncmr: no histories to plot")
@@ -81,7 +82,7 @@ def draw(history_or_many: History | Mapping[str, History], out_path: Path,
          title: str | None) -> Path:
     """Writes the timeline PNG to ``out_path`` and returns it (see asyncmr.history.plot)."""
     if title is not None and not isinstance(title, str):
-        raise TypeError(f"asyncmr: plot's title must be a str or None, got {type(title).__name__}")
+        raise TypeError(f"asyncmr: plot's title must be a str or None, got {type_name(title)}")
     lanes = lanes_of(history_or_many)
     try:
         # Optional: the stub check runs where matplotlib is not installed.
