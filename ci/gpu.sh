@@ -54,8 +54,10 @@
 #             does, but not a blocking stream's: a legacy-stream put still records its marker); then ci/probes/discard_facts.cu:
 #             what a discard of part of a page does to the bytes around it, and what discarding
 #             at allocation saves over a prefetch; then ci/probes/reserve_facts.cu: what growing
-#             a pool up front costs and buys a first pass. PROBES (default "pointer managed
-#             destroy marker legacy discard reserve") picks among them
+#             a pool up front costs and buys a first pass; then ci/probes/access_facts.cu: what
+#             cudaMemPoolSetAccess does with a pool's own device given less than read-write and
+#             a device named twice. PROBES (default "pointer managed destroy marker legacy
+#             discard reserve access") picks among them
 #   before    the defect tests on the code before their fix: BEFORE_TAR (default
 #             .before/tree.tar, made here with `git archive -o .before/tree.tar <commit>`; the
 #             tree must hold the tests) is built into its own site and its soundness tests run
@@ -441,7 +443,7 @@ if has stacks; then
 fi
 
 if has probe; then
-  probe_wanted() { [[ " ${PROBES:-pointer managed destroy marker legacy discard reserve} " == *" $1 "* ]]; }
+  probe_wanted() { [[ " ${PROBES:-pointer managed destroy marker legacy discard reserve access} " == *" $1 "* ]]; }
   if probe_wanted pointer; then
     run probe-build nvcc -O2 -std=c++17 -o /tmp/pointer_facts ci/probes/pointer_facts.cu -lcuda \
       && run probe timeout 90 /tmp/pointer_facts
@@ -475,6 +477,10 @@ if has probe; then
   if probe_wanted reserve; then
     run probe-reserve-build nvcc -O2 -std=c++17 -o /tmp/reserve_facts ci/probes/reserve_facts.cu \
       && run probe-reserve timeout 120 /tmp/reserve_facts
+  fi
+  if probe_wanted access; then
+    run probe-access-build nvcc -O2 -std=c++17 -o /tmp/access_facts ci/probes/access_facts.cu \
+      && run probe-access timeout 60 /tmp/access_facts
   fi
 fi
 

@@ -323,6 +323,15 @@ class _Theirs:
      "accessible_from must be 'all', a device id or a list of ids, got dict"),
     (lambda: MemPool.__new__(MemPool).set_access("bogus"), ValueError,
      "devices must be 'all', a device id or a list of ids, got 'bogus'"),
+    # A device named twice is refused before the driver is asked (which mode would it get?).
+    (lambda: MemPool.__new__(MemPool).set_access([0, 0]), ValueError,
+     r"devices: device 0 is named twice"),
+    (lambda: MemPool.__new__(MemPool).set_access([1, 0, np.int64(1)], "none"), ValueError,
+     r"devices: device 1 is named twice"),
+    (lambda: AsyncPinnedMR(accessible_from=[0, 0]), ValueError,
+     r"accessible_from: device 0 is named twice"),
+    (lambda: AsyncManagedMR(location=Location.host(), accessible_from=(2, 2), pool="new"),
+     ValueError, r"accessible_from: device 2 is named twice"),
     # NumPy's integers count as ints, its bools and floats do not.
     (lambda: AsyncDeviceMR(np.bool_(True)), TypeError, "device must be an int, got numpy.bool"),
     (lambda: AsyncDeviceMR(release_threshold=np.float64(1)), TypeError,

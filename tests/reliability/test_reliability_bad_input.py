@@ -78,6 +78,20 @@ def default_pool(loc, atype):
     return setup
 
 
+def bounded_pool(loc, atype):
+    """An owned pool of at most 64 MiB, in ``ctx.pool``."""
+    def setup(ctx):
+        ctx.pool = MemPool.create(loc, atype, max_size=64 * MiB, release_threshold=0)
+    return setup
+
+
+def own_device_still_rw(ctx, _):
+    """The refused call left the pool's own device its read-write access, and the pool works."""
+    assert ctx.pool.access(0) == "rw", f"device 0's access became {ctx.pool.access(0)!r}"
+    if ctx.pool.owned:
+        ctx.pool.close()
+
+
 def resource(make):
     def setup(ctx):
         ctx.mr = make()
@@ -422,6 +436,23 @@ CASES = [
       rf"device {TOO_MANY} does not exist"),
     C("set-access-out-of-range", lambda c: c.pool.set_access([0, TOO_MANY]), ValueError,
       rf"device {TOO_MANY} does not exist", setup=default_pool(HOST, "pinned")),
+    # The device a pool's memory lives on always has read-write access to it; less is refused
+    # before the driver is asked, naming the device (the driver said only what probe-access
+    # logs), and so is a device named twice.
+    C("set-access-own-device-none", lambda c: c.pool.set_access(0, "none"), ValueError,
+      r"set_access: device 0 holds this pool's memory and always has read-write access to it",
+      setup=default_pool(DEV0, "device"), post=own_device_still_rw),
+    C("set-access-own-device-read-new-pool", lambda c: c.pool.set_access([0], "r"), ValueError,
+      r"set_access: device 0 holds this pool's memory and always has read-write access to it",
+      setup=bounded_pool(DEV0, "device"), post=own_device_still_rw),
+    C("set-access-all-none-device-pool", lambda c: c.pool.set_access("all", "none"), ValueError,
+      r"set_access: device 0 holds this pool's memory",
+      setup=default_pool(DEV0, "device"), post=own_device_still_rw),
+    C("set-access-own-device-none-managed-pool", lambda c: c.pool.set_access(0, "none"),
+      ValueError, r"set_access: device 0 holds this pool's memory",
+      setup=bounded_pool(DEV0, "managed"), post=own_device_still_rw),
+    C("set-access-twice", lambda c: c.pool.set_access([0, 0]), ValueError,
+      r"devices: device 0 is named twice", setup=default_pool(HOST, "pinned")),
     C("access-out-of-range", lambda c: c.pool.access(TOO_MANY), ValueError,
       rf"device {TOO_MANY} does not exist", setup=default_pool(DEV0, "device")),
     C("set-access-negative", lambda c: c.pool.set_access(-1), ValueError,
