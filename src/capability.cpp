@@ -118,6 +118,18 @@ void require_device(int device)
   }
 }
 
+void require_distinct_devices(std::vector<int> const& devices, char const* what)
+{
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {  // a few devices: no set needed
+      if (devices[j] == devices[i]) {
+        throw std::invalid_argument{std::string{"asyncmr: "} + what + ": device " +
+                                    std::to_string(devices[i]) + " is named twice"};
+      }
+    }
+  }
+}
+
 int current_device()
 {
   require_cuda();

@@ -505,43 +505,6 @@ void mem_pool::trim_to(std::size_t min_bytes_to_keep) const
   ASYNCMR_CUDA_TRY(cudaMemPoolTrimTo(h, min_bytes_to_keep));
 }
 
-void mem_pool::set_access(std::vector<int> const& devices, access_mode mode) const
-{
-  detail::pool_use const use{*state_};
-  cudaMemPool_t const h = use.handle();
-  detail::relaxed_capture_guard guard;
-  std::vector<cudaMemAccessDesc> descs;
-  descs.reserve(devices.size());
-  for (int const device : devices) {
-    require_device(device);
-    cudaMemAccessDesc d{};
-    d.location = asyncmr::location::device(device).to_cuda();
-    d.flags    = mode == access_mode::read_write ? cudaMemAccessFlagsProtReadWrite
-                 : mode == access_mode::read     ? cudaMemAccessFlagsProtRead
-                                                 : cudaMemAccessFlagsProtNone;
-    descs.push_back(d);
-  }
-  if (descs.empty()) { return; }
-  detail::blocking_region wait;  // the driver may wait for the device to change the mappings
-  ASYNCMR_CUDA_TRY(cudaMemPoolSetAccess(h, descs.data(), descs.size()));
-}
-
-access_mode mem_pool::access(int device) const
-{
-  detail::pool_use const use{*state_};
-  cudaMemPool_t const h = use.handle();
-  detail::relaxed_capture_guard guard;
-  require_device(device);
-  cudaMemLocation loc      = asyncmr::location::device(device).to_cuda();
-  cudaMemAccessFlags flags = cudaMemAccessFlagsProtNone;
-  ASYNCMR_CUDA_TRY(cudaMemPoolGetAccess(&flags, h, &loc));
-  switch (flags) {
-    case cudaMemAccessFlagsProtReadWrite: return access_mode::read_write;
-    case cudaMemAccessFlagsProtRead: return access_mode::read;
-    default: return access_mode::none;
-  }
-}
-
 mem_pool mem_pool::make_current() const
 {
   // A close() waits for this, and this sees a close() that came first: a closed pool is never

@@ -87,6 +87,7 @@ void check_fields(allocation_type type, resource_options const& o, bool prefetch
   if (type == allocation_type::device && o.accessible_from) {
     refuse_field(type, "accessible_from", "device pools are accessible from their device");
   }
+  if (o.accessible_from) { require_distinct_devices(*o.accessible_from, "accessible_from"); }
   if (o.cache != 0 && (o.cache < front_cache::min_class_bytes || o.cache > front_cache::max_cap)) {
     throw std::invalid_argument{"asyncmr: cache must be 0 (no cache) or a cap in [256 B, 1 PiB], "
                                 "got " + std::to_string(o.cache) + " bytes"};

@@ -179,12 +179,16 @@ def test_without_cudf_install_says_what_to_install():
         door.install()
 
 
-def test_without_cudf_the_runner_says_what_to_install(gpu, capsys):
-    # On a GPU host: without one the runner says that first (the next test).
+def test_without_cudf_the_runner_says_what_to_install(gpu, capsys, tmp_path):
+    # On a GPU host: without one the runner says that first (the next test). The script is
+    # there: a missing one is named before cuDF is looked for (test_cpu).
     if HAVE_CUDF:
         not_applicable("cuDF is installed here")
-    assert door.main(["script.py"]) == 2
-    assert "needs cuDF" in capsys.readouterr().err
+    script = tmp_path / "script.py"
+    script.write_text("raise SystemExit('the script ran without cuDF')\n")
+    assert door.main([str(script)]) == 2
+    err = capsys.readouterr().err
+    assert "needs cuDF" in err and "the script ran" not in err
 
 
 def _run_door(*args, env=None):

@@ -459,6 +459,33 @@ def test_set_access_on_a_host_pool(gpu):
         MemPool.default(Location.host(), "pinned").set_access([0], "write")
 
 
+def test_read_only_access_is_granted_or_refused_as_unsupported(gpu):
+    # Driver 580 refuses it on every pool (docs/DRIVER_FACTS.md, "Access"); the refusal names
+    # what was asked, leaves the access as it was, and the pool works on.
+    with MemPool.create(Location.host(), "pinned") as pool:
+        try:
+            pool.set_access(0, "r")
+        except asyncmr.UnsupportedError as e:
+            assert "read-only access" in str(e)
+            assert pool.access(0) == "none"
+        else:
+            assert pool.access(0) == "r"
+        pool.set_access(0, "rw")
+        mr = AsyncPinnedMR(pool=pool)
+        mr.deallocate(mr.allocate(4096), 4096)
+
+
+def test_a_device_pool_keeps_its_own_devices_access_through_all(gpu):
+    # "all" names the pool's own device too: less than read-write is refused before any
+    # device's access changes, and read-write for all is taken.
+    with MemPool.create(Location.device(0), "device") as pool:
+        with pytest.raises(ValueError, match="device 0 holds this pool's memory"):
+            pool.set_access("all", "none")
+        assert pool.access(0) == "rw"
+        pool.set_access("all", "rw")
+        assert pool.access(0) == "rw"
+
+
 def test_access_on_a_missing_device(gpu):
     pool = MemPool.default(Location.host(), "pinned")
     with pytest.raises(ValueError, match="device 64 does not exist"):

@@ -19,6 +19,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace asyncmr {
 
@@ -45,6 +46,12 @@ int require_cuda();
  * `no_device_error` when CUDA is unusable).
  */
 void require_device(int device);
+
+/**
+ * @brief Throws `std::invalid_argument` ("asyncmr: <what>: device N is named twice") if a device
+ * appears twice in `devices`; asks no driver.
+ */
+void require_distinct_devices(std::vector<int> const& devices, char const* what);
 
 /// @brief The current device of the calling thread (after `require_cuda`).
 [[nodiscard]] int current_device();

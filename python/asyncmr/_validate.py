@@ -94,7 +94,8 @@ def devices(value, what: str = "accessible_from",
     ordinal, or an iterable of ordinals (not bytes, whose items are ints, nor a mapping, whose
     keys are; no enum member is an ordinal).
 
-    Returns (all_devices, ordinals).
+    Returns (all_devices, ordinals). A device named twice is refused (ValueError), as the C++
+    library refuses it.
     """
     expected = f"{what} must be 'all', a device id or a list of ids"
     if isinstance(value, str):
@@ -105,7 +106,13 @@ def devices(value, what: str = "accessible_from",
     one = integer(value)
     if one is not None:
         return False, [ordinal(item, one)]
-    return False, [ordinal(item, d) for d in items(value, expected)]
+    ordinals = [ordinal(item, d) for d in items(value, expected)]
+    seen: set[int] = set()
+    for d in ordinals:
+        if d in seen:
+            raise ValueError(f"{what}: device {d} is named twice")
+        seen.add(d)
+    return False, ordinals
 
 
 def items(value, expected: str) -> list:

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 namespace asyncmr::test {
@@ -458,6 +459,50 @@ TEST_F(MemPoolTest, CreatedHostPoolStartsWithoutDeviceAccessUntilGranted)
   EXPECT_EQ(pool.access(0), access_mode::none);
   pool.set_access({0}, access_mode::read_write);
   EXPECT_EQ(pool.access(0), access_mode::read_write);
+}
+
+// The driver answers a device pool's own device given "none" with cudaErrorInvalidDevice, lets a
+// managed pool's own device lose its access, and takes the last of a device named twice
+// (docs/DRIVER_FACTS.md, "Access"): each is refused first, and the access stays read-write.
+TEST_F(MemPoolTest, OwnDeviceKeepsReadWriteAccessAndADeviceNamedTwiceIsRefused)
+{
+  pool_properties props{};
+  auto const device_pool = mem_pool::create(props);
+  props.type             = allocation_type::managed;
+  auto const managed     = mem_pool::create(props);
+  for (auto const* pool : {&device_pool, &managed}) {
+    EXPECT_THROW(pool->set_access({0}, access_mode::none), std::invalid_argument);
+    EXPECT_THROW(pool->set_access({0}, access_mode::read), std::invalid_argument);
+    EXPECT_THROW(pool->set_access({0, 0}, access_mode::read_write), std::invalid_argument);
+    EXPECT_EQ(pool->access(0), access_mode::read_write);
+    EXPECT_NO_THROW(pool->set_access({0}, access_mode::read_write));
+  }
+  try {
+    device_pool.set_access({0}, access_mode::none);
+    ADD_FAILURE() << "not refused";
+  } catch (std::invalid_argument const& e) {
+    EXPECT_NE(std::string{e.what()}.find("device 0 holds this pool's memory"), std::string::npos)
+      << e.what();
+  }
+}
+
+// Driver 580 refuses read-only access on every pool (cudaErrorNotSupported); a driver that grants
+// it must then report it.
+TEST_F(MemPoolTest, ReadOnlyAccessIsGrantedOrRefusedAsUnsupportedLeavingNoError)
+{
+  ASYNCMR_SKIP_IF(host_pools_unavailable());
+  pool_properties props{};
+  props.type      = allocation_type::pinned;
+  props.location  = location::host();
+  auto const pool = mem_pool::create(props);
+  try {
+    pool.set_access({0}, access_mode::read);
+    EXPECT_EQ(pool.access(0), access_mode::read);
+  } catch (unsupported_error const& e) {
+    EXPECT_NE(std::string{e.what()}.find("read-only access"), std::string::npos) << e.what();
+    EXPECT_EQ(pool.access(0), access_mode::none);
+  }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the refusal was left in the last-error slot";
 }
 
 TEST_F(MemPoolTest, AccessOfAnUnknownDeviceThrowsOutOfRange)
