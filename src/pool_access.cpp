@@ -26,11 +26,13 @@ void mem_pool::set_access(std::vector<int> const& devices, access_mode mode) con
   cudaMemPool_t const h = use.handle();
   detail::relaxed_capture_guard guard;
   // Judged before the driver is asked, which answers a device pool's own device given less than
-  // read-write with cudaErrorInvalidDevice, takes the last of a device named twice, and lets a
-  // managed pool's own device lose its access.
+  // read-write with cudaErrorInvalidDevice and takes the last of a device named twice. (A
+  // managed pool's own device reads "none" until granted, and its memory serves that device
+  // all the same: the driver judges those.)
   require_distinct_devices(devices, "set_access: devices");
   std::optional<asyncmr::location> const home = location();
-  bool const on_a_device = home && home->kind == location_kind::device;
+  bool const on_a_device = home && home->kind == location_kind::device &&
+                           type() == std::optional{allocation_type::device};
   std::vector<cudaMemAccessDesc> descs;
   descs.reserve(devices.size());
   for (int const device : devices) {

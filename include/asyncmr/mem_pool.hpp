@@ -215,9 +215,9 @@ class mem_pool {
    * @brief Grants `mode` access to the pool's memory to each device in `devices`.
    *
    * Before the driver is asked: `std::invalid_argument` for a device named twice, or for the
-   * device a device or managed pool lives on given less than read-write (it always keeps
-   * read-write); `std::out_of_range` for a device that does not exist. `unsupported_error`
-   * when the driver refuses `access_mode::read` (every driver tried does).
+   * device a device pool lives on given less than read-write (it always keeps read-write);
+   * `std::out_of_range` for a device that does not exist. `unsupported_error` when the driver
+   * refuses `access_mode::read` (every driver tried does).
    */
   void set_access(std::vector<int> const& devices, access_mode mode) const;
   /// @brief The access `device` has to the pool's memory.

@@ -5,9 +5,11 @@
 // mem_pool: typed attribute access, peaks, trim, the CUDA 13.2 attributes on older drivers,
 // routing (make_current) and the lifetime of owned pools and views.
 
+#include "test_kernels.hpp"
 #include "test_support.hpp"
 
 #include <atomic>
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -461,29 +463,42 @@ TEST_F(MemPoolTest, CreatedHostPoolStartsWithoutDeviceAccessUntilGranted)
   EXPECT_EQ(pool.access(0), access_mode::read_write);
 }
 
-// The driver answers a device pool's own device given "none" with cudaErrorInvalidDevice, lets a
-// managed pool's own device lose its access, and takes the last of a device named twice
-// (docs/DRIVER_FACTS.md, "Access"): each is refused first, and the access stays read-write.
+// The driver answers a device pool's own device given "none" with cudaErrorInvalidDevice and
+// takes the last of a device named twice (docs/DRIVER_FACTS.md, "Access"): both are refused
+// first, and the access stays read-write.
 TEST_F(MemPoolTest, OwnDeviceKeepsReadWriteAccessAndADeviceNamedTwiceIsRefused)
 {
-  pool_properties props{};
-  auto const device_pool = mem_pool::create(props);
-  props.type             = allocation_type::managed;
-  auto const managed     = mem_pool::create(props);
-  for (auto const* pool : {&device_pool, &managed}) {
-    EXPECT_THROW(pool->set_access({0}, access_mode::none), std::invalid_argument);
-    EXPECT_THROW(pool->set_access({0}, access_mode::read), std::invalid_argument);
-    EXPECT_THROW(pool->set_access({0, 0}, access_mode::read_write), std::invalid_argument);
-    EXPECT_EQ(pool->access(0), access_mode::read_write);
-    EXPECT_NO_THROW(pool->set_access({0}, access_mode::read_write));
-  }
+  auto const pool = mem_pool::create(pool_properties{});
+  EXPECT_THROW(pool.set_access({0}, access_mode::none), std::invalid_argument);
+  EXPECT_THROW(pool.set_access({0}, access_mode::read), std::invalid_argument);
+  EXPECT_THROW(pool.set_access({0, 0}, access_mode::read_write), std::invalid_argument);
+  EXPECT_EQ(pool.access(0), access_mode::read_write);
+  EXPECT_NO_THROW(pool.set_access({0}, access_mode::read_write));
   try {
-    device_pool.set_access({0}, access_mode::none);
+    pool.set_access({0}, access_mode::none);
     ADD_FAILURE() << "not refused";
   } catch (std::invalid_argument const& e) {
     EXPECT_NE(std::string{e.what()}.find("device 0 holds this pool's memory"), std::string::npos)
       << e.what();
   }
+}
+
+// A managed pool's own device reads "none" until granted, and a kernel on that device writes
+// its memory all the same: its requests are the driver's to judge, a device named twice aside.
+TEST_F(MemPoolTest, ManagedPoolServesItsDeviceWhateverItsAccessReads)
+{
+  pool_properties props{};
+  props.type      = allocation_type::managed;
+  auto const pool = mem_pool::create(props);
+  EXPECT_EQ(pool.access(0), access_mode::none);
+  EXPECT_THROW(pool.set_access({0, 0}, access_mode::read_write), std::invalid_argument);
+  std::size_t const count = 1024;
+  auto* words = static_cast<std::uint32_t*>(pool.allocate_async(count * 4, cudaStreamPerThread));
+  ASSERT_EQ(cudaSuccess, launch_fill(words, count, test_seed, cudaStreamPerThread));
+  ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(cudaStreamPerThread));
+  EXPECT_TRUE(holds_pattern(words, count * 4));
+  EXPECT_EQ(cudaSuccess, mem_pool::deallocate_async(words, cudaStreamPerThread));
+  ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(cudaStreamPerThread));
 }
 
 // Driver 580 refuses read-only access on every pool (cudaErrorNotSupported); a driver that grants
