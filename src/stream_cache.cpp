@@ -51,10 +51,21 @@ namespace {
 // holds blocks, and its events with it, leaving the release a destroyed event to wait for (or
 // whichever event took its address). A free on such a stream is refused instead, and goes to
 // the pool in that stream's own order.
+// The last context this thread found not primary: the puts on a user context's stream, each
+// refused, ask every device once, not at every free. Only the "no" is kept. A primary context
+// the driver makes later at that address is then refused too, which costs hits and orders every
+// block rightly (refused blocks go to the pool in their stream's order); a "yes" kept could
+// outlive its primary context (cuDevicePrimaryCtxReset) and make a marker in a user's context.
+thread_local void* not_primary = nullptr;
+
 cudaEvent_t make_marker(cudaStream_t stream) noexcept
 {
   void* const context = stream_context(stream);
-  if (!primary_context(context)) { return nullptr; }
+  if (context == nullptr || context == not_primary) { return nullptr; }
+  if (!primary_context(context)) {
+    not_primary = context;
+    return nullptr;
+  }
   context_scope const in_stream_context{context};
   if (!in_stream_context.ok()) { return nullptr; }
   cudaEvent_t event = nullptr;
