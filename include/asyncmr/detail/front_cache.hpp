@@ -78,7 +78,8 @@
  * ordered keeps its blocks cached. Without markers (the CPU tests) both steps are skipped.
  * The owner makes markers only in primary contexts: a context the user made (`cuCtxCreate`)
  * may be destroyed while blocks wait, and its events with it, so a free on its streams is
- * refused (freed to the pool in that stream's own order).
+ * refused (freed to the pool in that stream's own order). A thread remembers the last context
+ * it found not primary (only the "no": a refusal is always sound).
  *
  * The legacy default stream is no exception, though it lives as long as its context: a free
  * there is ordered after the earlier work of *every blocking stream* of the context (its implicit
