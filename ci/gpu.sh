@@ -443,7 +443,8 @@ if has stacks; then
 fi
 
 if has probe; then
-  probe_wanted() { [[ " ${PROBES:-pointer managed destroy marker legacy discard reserve access} " == *" $1 "* ]]; }
+  probes=${PROBES:-pointer managed destroy marker legacy discard reserve access}
+  probe_wanted() { [[ " $probes " == *" $1 "* ]]; }
   if probe_wanted pointer; then
     run probe-build nvcc -O2 -std=c++17 -o /tmp/pointer_facts ci/probes/pointer_facts.cu -lcuda \
       && run probe timeout 90 /tmp/pointer_facts

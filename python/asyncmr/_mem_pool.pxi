@@ -169,8 +169,9 @@ cdef class MemPool:
 
         On a shared pool this changes access for every user in the process. The device a
         device pool lives on always keeps read-write access: less for it (also through "all")
-        is a ValueError, and so is a device named twice, both before the driver is asked. Read-only access is UnsupportedError where the driver refuses it (every
-        driver tried: docs/DRIVER_FACTS.md, "Access").
+        is a ValueError, and so is a device named twice, both before the driver is asked.
+        Read-only access is UnsupportedError where the driver refuses it (every driver tried:
+        docs/DRIVER_FACTS.md, "Access").
         """
         all_devices, ids = _validate.devices(devices, "devices", "device")
         c_mode = _access_mode(mode)
