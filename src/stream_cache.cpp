@@ -42,6 +42,13 @@ namespace {
 // leaves every capture on the device valid (a device-wide synchronization would invalidate
 // them: measured on the H200, docs/DRIVER_FACTS.md).
 
+// The last context this thread found not primary: the puts on a user context's stream, each
+// refused, ask every device once, not at every free. Only the "no" is kept. A primary context
+// the driver makes later at that address is then refused too, which costs hits and orders every
+// block rightly (refused blocks go to the pool in their stream's order); a "yes" kept could
+// outlive its primary context (cuDevicePrimaryCtxReset) and make a marker in a user's context.
+thread_local void* not_primary = nullptr;
+
 // An event in the context of `stream` (a bucket may be reused for a stream of another device or
 // context than the one that made its event), or nullptr. That context is pushed for the call
 // and popped after it, so the thread's own current context, a non-primary one or none, is left
@@ -51,13 +58,6 @@ namespace {
 // holds blocks, and its events with it, leaving the release a destroyed event to wait for (or
 // whichever event took its address). A free on such a stream is refused instead, and goes to
 // the pool in that stream's own order.
-// The last context this thread found not primary: the puts on a user context's stream, each
-// refused, ask every device once, not at every free. Only the "no" is kept. A primary context
-// the driver makes later at that address is then refused too, which costs hits and orders every
-// block rightly (refused blocks go to the pool in their stream's order); a "yes" kept could
-// outlive its primary context (cuDevicePrimaryCtxReset) and make a marker in a user's context.
-thread_local void* not_primary = nullptr;
-
 cudaEvent_t make_marker(cudaStream_t stream) noexcept
 {
   void* const context = stream_context(stream);
