@@ -996,6 +996,95 @@ def test_managed_stacks_compare_answers_value_by_value():
                        ML_TOLERANCES) == ["RandomForestClassifier"]
 
 
+def test_section_13_rounds_are_a_positive_option():
+    assert config("--stack-repeats", "6").stack_repeats == 6
+    assert config().stack_repeats == 3 and config("--quick").stack_repeats == 2
+    with pytest.raises(SystemExit):
+        config("--stack-repeats", "0")
+
+
+def test_a_recorded_history_becomes_replay_steps_as_the_history_reads_it():
+    """Section 13 c's trace: a size allocates, -(k + 1) frees the k-th allocation. A block
+    allocated again at a live address ends the one there (its late free is skipped), and
+    frees of blocks from before the recording, 0-byte allocations and pool events drop out."""
+    from asyncmr_bench.sections.stack_allocs import trace_ops, traces_from
+
+    events = [["grow", 0, 1 << 21], ["alloc", 0xA0, 256], ["free", 0x50, 64],
+              ["alloc", 0xB0, 4096], ["free", 0xA0, 256], ["alloc", 0xA0, 512],
+              ["cache_hit", 0xC0, 128], ["alloc", 0xB0, 1024], ["free", 0xB0, 4096],
+              ["alloc", 0xD0, 0], ["cache_put", 0xC0, 128], ["free", 0xB0, 1024],
+              ["trim", 0, 1 << 21], ["alloc", 0xE0, 8]]
+    ops = trace_ops(events)
+    assert ops == [256, 4096, -1, 512, 128, -2, 1024, -4, -5, 8]
+    got = traces_from({"w": {"first": {"events": events, "dropped": 0}}})
+    assert got == {"w": {"first": {"ops": ops, "allocs": 6, "dropped": 0}}}
+
+
+def test_managed_stacks_show_what_an_allocator_can_take_off_each_run(capsys):
+    """Part c prints each way's replay beside its run, and the lowest ratio to the pool
+    adaptor's run an allocator costing nothing could give."""
+    from asyncmr_bench.sections import REGISTRY
+
+    doc = _stacks_doc(door_warm=[0.9, 0.9], pool_warm=[0.8, 0.8], door_first=[1.0, 1.0],
+                      pool_first=[1.0, 1.0], ours_fit=[0.02, 0.02], pool_fit=[0.02, 0.02])
+    sec = doc["sections"][SECTION_KEYS[13]]
+
+    def replays(warm_s, names):
+        return {n: {"first": {"median_s": 2 * warm_s}, "warm": {"median_s": warm_s}}
+                for n in names}
+
+    trace = {"first": {"allocs": 30, "dropped": 0}, "warm": {"allocs": 20, "dropped": 0}}
+    estimators = ("KMeans", "LogisticRegression", "RandomForestClassifier", "Ridge")
+    sec["allocator_share"] = {
+        "cudf_pandas": {"traces": {"workload": trace}, "replays": {
+            "python -m asyncmr cudf-pandas": replays(0.004, ["workload"]),
+            "cudf.pandas managed_pool": replays(0.02, ["workload"])}},
+        "cuml": {"traces": {e: trace for e in estimators}, "replays": {
+            "AsyncManagedMR()": replays(0.0001, estimators),
+            "rmm PoolMemoryResource(ManagedMemoryResource())": {"error": "exit 1: broken"}}}}
+    REGISTRY[13].show(sec)
+    printed = capsys.readouterr().out
+    assert "c. cudf_pandas's allocations replayed alone" in printed
+    assert re.search(r"cudf.pandas managed_pool\W+workload\W+30/20\W+40\.00\W+20\.00\W+2\.5%",
+                     printed), printed
+    assert ("workload: cudf.pandas managed_pool's allocations take 20.00 ms of its 800.0 ms "
+            "warm run; an allocator costing nothing would put python -m asyncmr cudf-pandas at "
+            "0.975x it at best") in printed
+    assert re.search(r"AsyncManagedMR\(\)\W+KMeans\W+30/20\W+0\.20\W+0\.10\W+0\.5%", printed)
+    assert "exit 1: broken" in printed and "KMeans: rmm PoolMemoryResource" not in printed
+
+
+def test_a_traced_run_replays_on_each_resource(gpu, tmp_path):
+    """Section 13 c end to end without cuDF: a script with the trace hook allocates through
+    RMM's current resource (an AsyncManagedMR); its history becomes traces, replayed on
+    asyncmr, RMM's pool adaptor over managed memory and RMM's async resource."""
+    from asyncmr_bench.sections import stack_allocs
+    from asyncmr_bench.sections.managed_stacks import _rotating, _run
+
+    script = tmp_path / "traced.py"
+    script.write_text("import json, sys\nimport rmm\nimport asyncmr\n" + stack_allocs.TRACE_HOOK
+                      + "rmm.mr.set_current_device_resource(asyncmr.AsyncManagedMR())\n"
+                      "def work(n):\n"
+                      "    keep = [rmm.DeviceBuffer(size=(k + 1) * 4096) for k in range(n)]\n"
+                      "    del keep[::2]\n"
+                      "    return len(keep)\n"
+                      "traced('pairs', 'first', lambda: work(6))\n"
+                      "traced('pairs', 'warm', lambda: work(4))\n"
+                      "save_traces()\n"
+                      "json.dump({}, open(sys.argv[1], 'w'))\n")
+    setups = {"ours": "asyncmr", "pool": "rmm:managed_pool", "async": "rmm:async"}
+    got = stack_allocs.measure(([sys.executable, str(script)], [], {}), setups, 1,
+                               str(tmp_path / "share"), _run, _rotating)
+    assert "error" not in got, got
+    assert got["traces"] == {"pairs": {"first": {"allocs": 6, "dropped": 0},
+                                       "warm": {"allocs": 4, "dropped": 0}}}
+    for way in setups:
+        r = got["replays"][way]
+        assert "error" not in r, r
+        assert r["first"]["median_s"] > 0 and r["warm"]["n"] == stack_allocs.WARM_REPLAYS
+    assert got["replays"]["pool"]["resource"] == "PoolMemoryResource"
+
+
 def test_the_pandas_workload_runs_under_plain_pandas(tmp_path):
     """Not a GPU test: the workload script every way runs, under plain pandas, as section 13
     runs it for the reference answers. Skips where pandas or pyarrow is missing (the GPU host

@@ -39,6 +39,8 @@ def parser(prog: str = "python -m asyncmr bench") -> argparse.ArgumentParser:
                    help="fewer and shorter rounds, smaller staging; a few minutes at most")
     p.add_argument("--repeats", type=int, default=None,
                    help="timed rounds per measurement of section 1 (default 15, quick 7)")
+    p.add_argument("--stack-repeats", type=int, default=None,
+                   help="rounds of fresh processes per way in section 13 (default 3, quick 2)")
     p.add_argument("--out", default="asyncmr-bench",
                    help="directory for results.json and the PNG plots (default ./asyncmr-bench)")
     p.add_argument("--floor-bin", default=None,
@@ -76,8 +78,9 @@ def make_config(p: argparse.ArgumentParser, args) -> Config:
             p.error(f"--sizes: {e}")
         if not sizes:
             p.error("--sizes: no size given")
-    if args.repeats is not None and args.repeats < 1:
-        p.error("--repeats must be >= 1")
+    for name, value in (("--repeats", args.repeats), ("--stack-repeats", args.stack_repeats)):
+        if value is not None and value < 1:
+            p.error(f"{name} must be >= 1")
     q = args.quick
     return Config(
         quick=q,
@@ -119,7 +122,7 @@ def make_config(p: argparse.ArgumentParser, args) -> Config:
         placement_bytes=256 * MiB if q else 1 * GiB,
         placement_repeats=5 if q else 9,
         stack_rows=2_000_000 if q else 4_000_000,
-        stack_repeats=2 if q else 3,
+        stack_repeats=args.stack_repeats or (2 if q else 3),
         ml_rows=100_000 if q else 200_000,
     )
 

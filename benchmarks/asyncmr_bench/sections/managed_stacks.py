@@ -41,6 +41,8 @@ from ..common import (
     summarize,
 )
 from ..harness import Skip
+from . import stack_allocs
+from .stack_allocs import TRACE_HOOK
 
 PLAIN = "plain pandas (CPU)"
 DOOR = "python -m asyncmr cudf-pandas"
@@ -50,14 +52,16 @@ DOOR_PLACED = "python -m asyncmr cudf-pandas --prefetch device --discard"
 MODES = ("managed", "managed_pool", "async")
 ML_CACHED = "AsyncManagedMR(cache=64 MiB)"
 ML_PLACED = "AsyncManagedMR(prefetch='device', discard=True)"
+ML_ASYNC = "rmm CudaAsyncMemoryResource"
 ML_WAYS = {"AsyncManagedMR()": "asyncmr", ML_CACHED: "asyncmr_cached", ML_PLACED: "asyncmr_placed",
            "rmm ManagedMemoryResource": "managed",
            "rmm PoolMemoryResource(ManagedMemoryResource())": "managed_pool",
-           "rmm CudaAsyncMemoryResource": "async"}
+           ML_ASYNC: "async"}
 ML_REFERENCE = "rmm ManagedMemoryResource"
 ML_POOL = "rmm PoolMemoryResource(ManagedMemoryResource())"
 ESTIMATORS = ("KMeans", "LogisticRegression", "RandomForestClassifier", "Ridge")
 TIMEOUT_S = 600
+SHARE_ROUNDS = 2  # part c: rotating rounds of replay processes per way
 
 
 def mode_name(mode: str) -> str:
@@ -72,7 +76,7 @@ import time
 
 import numpy as np
 import pandas as pd
-
+#TRACE_HOOK
 out, scratch, rows, iters = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 rng = np.random.default_rng(20261202)
 columns = {"k": rng.integers(0, 1000, rows), "v": rng.random(rows),
@@ -99,8 +103,9 @@ times = []
 result = None
 for i in range(iters):
     t0 = time.perf_counter()
-    result = once(i)
+    result = traced("workload", "first" if i == 0 else "warm", lambda: once(i))
     times.append(time.perf_counter() - t0)
+save_traces()
 resource = None
 try:
     import rmm
@@ -111,7 +116,7 @@ except Exception:  # plain pandas: no RMM needed
     pass
 with open(out, "w") as f:
     json.dump({"times_s": times, "result": result, "resource": resource}, f)
-'''
+'''.replace("#TRACE_HOOK\n", TRACE_HOOK)
 
 # argv = out.json, scratch dir (unused), way (ML_WAYS' values), rows, iterations.
 CUML_SCRIPT = r'''
@@ -123,7 +128,7 @@ import cupy
 import numpy as np
 import rmm
 from rmm.allocators.cupy import rmm_cupy_allocator
-
+#TRACE_HOOK
 out, way, rows, iters = sys.argv[1], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 if way == "asyncmr":
     from asyncmr import AsyncManagedMR
@@ -162,9 +167,9 @@ fits = {
 times, models = {}, {}
 for name, fit in fits.items():
     times[name] = []
-    for _ in range(iters):
+    for k in range(iters):
         t0 = time.perf_counter()
-        models[name] = fit()
+        models[name] = traced(name, "first" if k == 0 else "warm", fit)
         cupy.cuda.runtime.deviceSynchronize()
         times[name].append(time.perf_counter() - t0)
 result = {
@@ -180,7 +185,8 @@ if attributes is not None:
 with open(out, "w") as f:
     json.dump({"times_s": times, "result": result, "resource": type(mr).__name__,
                "pool_used_high": peak}, f)
-'''
+save_traces()
+'''.replace("#TRACE_HOOK\n", TRACE_HOOK)
 
 
 def _run(before: list, after: list, env_extra: dict, scratch: str) -> dict:
@@ -250,10 +256,15 @@ def _first_and_warm(times: list) -> tuple:
     return times[0], percentile(times[1:] or times, 0.5)
 
 
+def _script(scratch: str, name: str, text: str) -> str:
+    path = os.path.join(scratch, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
 def _pandas(cfg, scratch: str) -> dict:
-    script = os.path.join(scratch, "workload.py")
-    with open(script, "w") as f:
-        f.write(PANDAS_SCRIPT)
+    script = _script(scratch, "workload.py", PANDAS_SCRIPT)
     args = [str(cfg.stack_rows), str(cfg.stack_iters)]
     py = sys.executable
     plain = _run([py, script], [str(cfg.stack_rows), "1"], {}, os.path.join(scratch, "plain"))
@@ -285,9 +296,7 @@ def _pandas(cfg, scratch: str) -> dict:
 
 
 def _cuml(cfg, scratch: str) -> dict:
-    script = os.path.join(scratch, "fits.py")
-    with open(script, "w") as f:
-        f.write(CUML_SCRIPT)
+    script = _script(scratch, "fits.py", CUML_SCRIPT)
     after = [str(cfg.ml_rows), str(cfg.ml_iters)]
     ways = {w: ([sys.executable, script], [way] + after, {}) for w, way in ML_WAYS.items()
             if w != ML_PLACED or _can_discard()}
@@ -311,6 +320,33 @@ def _cuml(cfg, scratch: str) -> dict:
     return {"rows": cfg.ml_rows, "cols": 20, "iterations": cfg.ml_iters, "results": results}
 
 
+def _shares(cfg, scratch: str, have_cudf: bool, have_cuml: bool) -> dict:
+    """Part c: the allocations of the workload (through the door) and of each fit (on
+    AsyncManagedMR()) replayed alone on each way's resource (stack_allocs)."""
+    py = sys.executable
+    parts: dict = {}
+    if have_cudf:
+        script = _script(scratch, "workload.py", PANDAS_SCRIPT)
+        parts["cudf_pandas"] = (
+            ([py, "-m", "asyncmr", "cudf-pandas", script],
+             [str(cfg.stack_rows), str(stack_allocs.TRACE_ITERS)], {}),
+            {DOOR: "door", **{mode_name(m): f"cudf.pandas:{m}" for m in MODES}})
+    if have_cuml:
+        script = _script(scratch, "fits.py", CUML_SCRIPT)
+        parts["cuml"] = (
+            ([py, script], ["asyncmr", str(cfg.ml_rows), str(stack_allocs.TRACE_ITERS)], {}),
+            {"AsyncManagedMR()": "asyncmr", ML_POOL: "rmm:managed_pool", ML_ASYNC: "rmm:async"})
+    out = {}
+    for part, (trace_way, setups) in parts.items():
+        try:
+            out[part] = stack_allocs.measure(trace_way, setups, SHARE_ROUNDS,
+                                             os.path.join(scratch, f"share-{part}"), _run,
+                                             _rotating)
+        except Exception as e:  # noqa: BLE001 - recorded; the other part still runs
+            out[part] = {"error": err_text(e)}
+    return out
+
+
 def run(cfg, ctx) -> dict:
     have_cudf = importlib.util.find_spec("cudf") is not None
     have_cuml = importlib.util.find_spec("cuml") is not None
@@ -332,6 +368,7 @@ def run(cfg, ctx) -> dict:
                 out["cuml"] = {"error": err_text(e)}
         else:
             out["cuml"] = {"skipped": "cuML is not installed"}
+        out["allocator_share"] = _shares(cfg, scratch, have_cudf, have_cuml)
     out["notes"] = [
         "each way in a fresh process (cudf.pandas and RMM's current resource are set once per "
         "process); ways in rotating order per round",
@@ -339,6 +376,11 @@ def run(cfg, ctx) -> dict:
         "others; answers compared value by value with plain pandas' (floats to 1e-9 relative)",
         "cuML: a fit's time is the median of its runs after the first; fits compared with "
         "ManagedMemoryResource's within each estimator's tolerance",
+        "allocator_share: the allocations and frees of the workload's first and second run "
+        "(through the door) and of each fit's (on AsyncManagedMR()), recorded, then replayed "
+        f"alone on each way's resource in a fresh process ({SHARE_ROUNDS} rotating rounds, "
+        f"{stack_allocs.WARM_REPLAYS} warm replays each) on the default stream, each replay "
+        "ended by a synchronization: the allocator's own cost in the run, Python's call included",
     ]
     return out
 
@@ -375,6 +417,9 @@ def show(res: dict) -> None:
             f"{door} / {pool}, {label}": median_ratio(_rounds(r, door, key), _rounds(r, pool, key))
             for door in (DOOR, DOOR_CACHED, DOOR_PLACED) if door in r
             for label, key in (("warm", "rounds_warm_s"), ("first run", "rounds_first_s"))})
+        _show_share(res, "cudf_pandas", {w: {"workload": e["warm"]["median_s"]}
+                                         for w, e in r.items() if "warm" in e},
+                    mode_name("managed_pool"), DOOR)
     else:
         print(f"  a. cudf.pandas: {pd_.get('skipped') or pd_.get('error')}")
     ml = res.get("cuml") or {}
@@ -398,5 +443,26 @@ def show(res: dict) -> None:
                 ratios[f"{est}: {way} / {ML_POOL}"] = median_ratio(
                     _rounds(ours, est, "rounds_s"), _rounds(pool, est, "rounds_s"))
         print_ratio_values(ratios)
+        _show_share(res, "cuml", {w: {est: e["fits"][est]["median_s"] for est in ESTIMATORS}
+                                  for w, e in ml["results"].items() if "fits" in e},
+                    ML_POOL, "AsyncManagedMR()")
     else:
         print(f"  b. cuML: {ml.get('skipped') or ml.get('error')}")
+
+
+def _show_share(res: dict, part: str, runs: dict, pool: str, ours: str) -> None:
+    """Part c for ``part``: the replays, then for each run the lowest ratio to ``pool``'s time
+    that ``ours`` could reach with an allocator costing nothing, all else equal."""
+    share = (res.get("allocator_share") or {}).get(part)
+    if share is None:
+        return
+    title = f"{SECTION_TITLES[13]} -- c. {part}'s allocations replayed alone"
+    stack_allocs.show(title, share, runs)
+    if "error" in share:
+        return
+    for name, run_s in (runs.get(pool) or {}).items():
+        replay = stack_allocs.warm_of(share["replays"], pool, name)
+        if replay is not None and run_s:
+            print(f"  {name}: {pool}'s allocations take {replay * 1e3:.2f} ms of its "
+                  f"{run_s * 1e3:.1f} ms warm run; an allocator costing nothing would put "
+                  f"{ours} at {stack_allocs.floor(replay, run_s):.3f}x it at best")
