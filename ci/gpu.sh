@@ -35,10 +35,12 @@
 #             them there) installed before the build, so asyncmr._cudf is built; then
 #             tests/test_cudf.py must run (ASYNCMR_REQUIRE_CUDF=1) and examples/cudf_pinned is
 #             built against the installed C++ package (needs consumer) and run
-#   stacks    cudf.pandas and cuML on asyncmr (needs cudf; cuML's wheels go in CUDF_WHEELS with
-#             cuDF's): tests/test_cudf_pandas.py and tests/test_cuml.py (ASYNCMR_REQUIRE_CUML=1
-#             when cuML is installed), then benchmark section 13 into OUTDIR/bench-stacks.json
-#             (STACKS_BENCH_ARGS, default --quick). LD_LIBRARY_PATH: the site's nvidia/cu13/lib
+#   stacks    cudf.pandas and cuML on asyncmr (cuDF's wheels installed as for cudf, whose tests
+#             it leaves to that stage; cuML's wheels go in CUDF_WHEELS with cuDF's):
+#             tests/test_cudf_pandas.py and tests/test_cuml.py (ASYNCMR_REQUIRE_CUML=1 when cuML
+#             is installed; STACKS_PYTEST=0: not, for a second bench on a warm host), then
+#             benchmark section 13 into OUTDIR/bench-stacks.json (STACKS_BENCH_ARGS, default
+#             --quick). LD_LIBRARY_PATH: the site's nvidia/cu13/lib
 #             first (cuML's libcuvs needs an nvJitLink >= 13.3: carry nvidia-nvjitlink), then
 #             every */lib64 of the site; STACKS_PYTHONPATH (e.g. a carried numpy < 2.5, which
 #             cuDF's numba-cuda needs) goes before the site on PYTHONPATH
@@ -158,7 +160,7 @@ pipi() { python3 -m pip install -q --no-index --no-deps --no-compile --upgrade "
 # cuDF's wheels (cudf stage) go in with the others, in one pip call: a later --target install
 # replaces the shared nvidia/ folder, and the CUDA 13 runtime headers with it.
 cudf_wheels=()
-if has cudf; then
+if has cudf || has stacks; then
   cudf_wheels=("${CUDF_WHEELS:-/tmp/big}"/*.whl)
   if [ ! -e "${cudf_wheels[0]}" ]; then
     fail cudf "no wheels in ${CUDF_WHEELS:-/tmp/big} (../shared/wheelhouse.sh .whl cudf, carried with bigcarry.sh)"
@@ -425,8 +427,8 @@ if has cudf && [ -n "${ASYNCMR_REQUIRE_CUDF:-}" ]; then
 fi
 
 if has stacks; then
-  if ! has cudf || [ -z "${ASYNCMR_REQUIRE_CUDF:-}" ]; then
-    fail stacks "needs the cudf stage and its wheels (cuDF, and cuML's for the cuML half)"
+  if [ -z "${ASYNCMR_REQUIRE_CUDF:-}" ]; then
+    fail stacks "needs cuDF's wheels (and cuML's for the cuML half) in ${CUDF_WHEELS:-/tmp/big}"
   else
     stack_path=${STACKS_PYTHONPATH:+$STACKS_PYTHONPATH:}$site
     stack_ld=$(PYTHONPATH=$stack_path lib_dirs nvidia/cu13/lib '*/lib64' 'nvidia/*/lib64')
@@ -434,8 +436,10 @@ if has stacks; then
     if env "${stack_env[@]}" python3 -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("cuml") is None)'; then
       stack_env+=(ASYNCMR_REQUIRE_CUML=1)
     fi
-    run stacks-pytest env "${stack_env[@]}" python3 -m pytest tests/test_cudf_pandas.py \
-      tests/test_cuml.py -q -rs -p no:cacheprovider
+    if [ "${STACKS_PYTEST:-1}" != 0 ]; then
+      run stacks-pytest env "${stack_env[@]}" python3 -m pytest tests/test_cudf_pandas.py \
+        tests/test_cuml.py -q -rs -p no:cacheprovider
+    fi
     run stacks-bench env "${stack_env[@]}" python3 -m asyncmr bench ${STACKS_BENCH_ARGS---quick} \
       --sections 13 --out /tmp/bench-stacks
     cp /tmp/bench-stacks/results.json "$out/bench-stacks.json" 2>/dev/null
