@@ -1081,7 +1081,8 @@ def test_a_traced_run_replays_on_each_resource(gpu, tmp_path):
     for way in setups:
         r = got["replays"][way]
         assert "error" not in r, r
-        assert r["first"]["median_s"] > 0 and r["warm"]["n"] == stack_allocs.WARM_REPLAYS
+        pairs = r["pairs"]
+        assert pairs["first"]["median_s"] > 0 and pairs["warm"]["n"] == stack_allocs.WARM_REPLAYS
     assert got["replays"]["pool"]["resource"] == "PoolMemoryResource"
 
 
