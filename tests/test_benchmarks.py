@@ -1054,6 +1054,24 @@ def test_managed_stacks_show_what_an_allocator_can_take_off_each_run(capsys):
     assert "exit 1: broken" in printed and "KMeans: rmm PoolMemoryResource" not in printed
 
 
+def test_the_stacks_plot_draws_each_ways_replayed_allocations():
+    """Section 13 c's panels: a warm run's replay per way in ms (cuML's fits summed); a way
+    whose replays failed is left out."""
+    from asyncmr_bench.plots import _share_panels
+
+    def replay(*warm_s):
+        return {**{f"run{i}": {"warm": {"median_s": s}} for i, s in enumerate(warm_s)},
+                "resource": "X"}
+
+    panels = _share_panels({
+        "cudf_pandas": {"replays": {"door": replay(0.002), "pool": replay(0.008)}},
+        "cuml": {"replays": {"ours": replay(0.001, 0.002), "bad": {"error": "exit 1"}}}})
+    (pandas_title, pandas), (cuml_title, cuml) = panels
+    assert pandas == pytest.approx({"door": 2.0, "pool": 8.0}) and "cudf.pandas" in pandas_title
+    assert cuml == pytest.approx({"ours": 3.0}) and "cuML" in cuml_title
+    assert _share_panels({}) == [] and _share_panels({"cuml": {"error": "tracing: x"}}) == []
+
+
 def test_a_traced_run_replays_on_each_resource(gpu, tmp_path):
     """Section 13 c end to end without cuDF: a script with the trace hook allocates through
     RMM's current resource (an AsyncManagedMR); its history becomes traces, replayed on

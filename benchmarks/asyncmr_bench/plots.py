@@ -382,6 +382,7 @@ def _plot_stacks(plt, res, meta):
         for est in estimators:
             panels.append((f"b. cuML {est} fit (ms, median)",  # fits take milliseconds
                            {w: 1e3 * e["fits"][est]["median_s"] for w, e in ml.items()}))
+    panels += _share_panels(res.get("allocator_share") or {})
     if not panels:
         return None
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 1.3 * len(panels) + 1.2))
@@ -392,6 +393,21 @@ def _plot_stacks(plt, res, meta):
     fig.suptitle(f"Managed stacks -- {_subtitle(meta)}", fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 0.94))  # the title and the colour key above the panels
     return fig
+
+
+def _share_panels(share: dict) -> list:
+    """Section 13 c: each way's allocations of a warm run replayed alone (cuML: the four fits'
+    summed), in ms: what its allocator costs that run."""
+    panels = []
+    for part, label in (("cudf_pandas", "the cudf.pandas workload's"), ("cuml", "the cuML fits'")):
+        replays = {w: r for w, r in ((share.get(part) or {}).get("replays") or {}).items()
+                   if "error" not in r}
+        values = {w: 1e3 * sum(v["warm"]["median_s"] for k, v in r.items() if k != "resource")
+                  for w, r in replays.items()}
+        if values:
+            panels.append((f"c. {label} allocations of a warm run, replayed alone (ms, median)",
+                           values))
+    return panels
 
 
 def main(argv=None) -> int:
