@@ -222,6 +222,11 @@ def show(title: str, share: dict, runs: dict) -> None:
                          f"{warm / run_s:.1%}" if run_s else "-"])
     print_table(title, ["way", "run", "allocs first/warm", "first replay ms", "warm replay ms",
                         "of the warm run"], rows)
+    for name, phases in share["traces"].items():
+        for phase, t in phases.items():
+            if t["dropped"]:
+                print(f"  {name}, {phase} run: the recording dropped {t['dropped']} events; "
+                      "its replay holds only the allocations after them")
 
 
 def warm_of(replays: dict, way: str, name: str):
