@@ -410,7 +410,6 @@ def test_numpy_integers_are_taken_where_ints_are(no_gpu, call):
         call()
 
 
-
 @pytest.mark.parametrize("call", [
     lambda: AsyncPinnedMR(accessible_from=[]),
     lambda: AsyncPinnedMR(pool="new", accessible_from=()),
@@ -423,6 +422,7 @@ def test_an_empty_accessible_from_is_taken_as_no_device(no_gpu, call):
     assert asyncmr._validate.devices([]) == (False, [])
     with pytest.raises(asyncmr.NoDeviceError):
         call()
+
 
 class _Gpu(enum.IntEnum):
     """A user's own int enum, whose members are ints a device ordinal was read from."""
