@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from gpu_helpers import describe, not_applicable
+from gpu_helpers import describe, not_applicable, require_hidden_devices
 
 import asyncmr
 import asyncmr.cudf_pandas as door
@@ -200,9 +200,7 @@ def _run_door(*args, env=None):
 def _run_door_without_a_gpu(tmp_path, *options):
     """The runner with ``options`` on a script that prints, every device hidden from it
     (CUDA_VISIBLE_DEVICES=""), which compute-sanitizer undoes: not applicable under it."""
-    if os.environ.get("ASYNCMR_UNDER_SANITIZER") == "1":
-        not_applicable("compute-sanitizer shows the GPU to the child even with "
-                       "CUDA_VISIBLE_DEVICES=''; the no-GPU path is checked without it")
+    require_hidden_devices()
     script = tmp_path / "script.py"
     script.write_text("print('the script ran')\n")
     return _run_door(*options, str(script), env={"CUDA_VISIBLE_DEVICES": ""})
@@ -245,9 +243,7 @@ def test_a_missing_script_is_named_before_anything_is_set_up(tmp_path):
     # As `python missing.py` says (exit 2), and before the device and cuDF are looked for: where
     # both are there, runpy.run_path met the missing file only after cuDF was installed, and
     # the runner ended in its FileNotFoundError's traceback.
-    if os.environ.get("ASYNCMR_UNDER_SANITIZER") == "1":
-        not_applicable("compute-sanitizer shows the GPU to the child even with "
-                       "CUDA_VISIBLE_DEVICES=''; the no-GPU path is checked without it")
+    require_hidden_devices()
     missing = tmp_path / "missing.py"
     proc = _run_door("--cache", "0", str(missing), "--x", env={"CUDA_VISIBLE_DEVICES": ""})
     _one_line_error(proc, 2, f"cannot open file {str(missing)!r}: No such file or directory")

@@ -24,7 +24,9 @@ from asyncmr import MemPool
 from gpu_helpers import (  # noqa: F401
     describe,
     gpu_count,
+    UNDER_SANITIZER,
     not_applicable,
+    require_hidden_devices,
     skip_or_fail,
     require_module,
     restore_process_state,
@@ -36,10 +38,6 @@ from gpu_helpers import (  # noqa: F401
     shared_pools,
 )
 
-# ci/gpu.sh sets this under compute-sanitizer. memcheck holds freed stream-ordered blocks back
-# (to catch use after free), so pool counters do not return to their start there, and it shows
-# the GPU to children even with CUDA_VISIBLE_DEVICES="".
-UNDER_SANITIZER = os.environ.get("ASYNCMR_UNDER_SANITIZER") == "1"
 KiB = 1 << 10
 MiB = 1 << 20
 UINT64_MAX = 2**64 - 1

@@ -89,9 +89,7 @@ def test_version_queries_without_a_gpu(no_gpu):
 @pytest.mark.gpu
 @pytest.mark.cuda_api_error
 def test_no_device_errors_in_a_child_without_visible_devices(gpu):
-    if h.UNDER_SANITIZER:
-        h.not_applicable("compute-sanitizer shows the GPU to the child even with "
-                    "CUDA_VISIBLE_DEVICES=''; the no-GPU paths are checked without it")
+    h.require_hidden_devices()
     code = "import sys; sys.argv[1:] = [" + repr(json.dumps(ENTRY_POINTS)) + "]\n" + CHILD
     proc = h.run_python(code, env={"CUDA_VISIBLE_DEVICES": ""}, timeout=120)
     assert proc.returncode == 0, h.describe(proc)
