@@ -85,7 +85,7 @@ TEST_F(CorrectnessTest, CloseWhileOtherThreadsAllocateIsSafe)
           try {
             void* p = copy.allocate_async(4096, s);
             allocated.fetch_add(1);
-            if (mem_pool::deallocate_async(p, s) != cudaSuccess) { wrong.fetch_add(1); }
+            if (copy.deallocate_async(p, s) != cudaSuccess) { wrong.fetch_add(1); }
           } catch (pool_closed_error const&) {
             refused.fetch_add(1);
             break;

@@ -874,14 +874,17 @@ struct fake_markers {
   std::map<stream_key, std::uint64_t> waited;  // per stream: how far the release waits
   std::map<void*, std::uint64_t> last_use;     // per block: its stream's work at its free
   int made = 0, destroyed = 0, remade = 0, marks = 0;
-  bool fail_mark = false, fail_order = false;
+  bool fail_mark = false, fail_order = false, capturing = false;
 
   stream_markers ops()
   {
     return {this,
             [](void* c, void*& m, void* h) noexcept {
               auto& self = *static_cast<fake_markers*>(c);
-              if (self.fail_mark) { return false; }
+              if (self.fail_mark) { return mark_result::unmarkable; }
+              // A capture began: the owner's record became the graph's, and the marker keeps
+              // the order it had.
+              if (self.capturing) { return mark_result::capturing; }
               ++self.marks;
               auto const k = static_cast<stream_key>(reinterpret_cast<std::uintptr_t>(h));
               auto* mk     = static_cast<marker*>(m);
@@ -893,12 +896,12 @@ struct fake_markers {
               }
               if (mk == nullptr) {
                 mk = new (std::nothrow) marker{k, 0};
-                if (mk == nullptr) { return false; }
+                if (mk == nullptr) { return mark_result::unmarkable; }
                 ++self.made;
                 m = mk;
               }
               mk->at = self.work[k];
-              return true;
+              return mark_result::marked;
             },
             [](void* c, void* m) noexcept {
               auto& self = *static_cast<fake_markers*>(c);
@@ -982,6 +985,72 @@ TEST(FrontCacheMarkers, APutWhoseStreamCannotBeMarkedIsRefusedAndForgotten)
   EXPECT_EQ(cache.recorded_bytes(p), 0U) << "a refused block leaves the record";
   EXPECT_EQ(cache.stats().refused_unmarked, 1U);
   EXPECT_EQ(cache.take(1, 4 * KiB), nullptr);
+  EXPECT_EQ(cache.check_invariants(), 0U);
+}
+
+TEST(FrontCacheMarkers, APutOnAStreamThatBeganCapturingIsRefusedAndKeepsTheOldOrder)
+{
+  // A capture may begin on the stream between the owner's question and its record: the record
+  // is then the graph's, and must not become the bucket's order.
+  fake_markers fm;
+  front_cache cache{1 * MiB, 0, 0, fm.ops()};
+  void* const a = handed(cache, 0, 4 * KiB);
+  void* const b = handed(cache, 1, 4 * KiB);
+  ASSERT_EQ(fm.free(cache, 1, a, 4 * KiB).status, put_status::cached);
+  fm.capturing = true;
+  auto const r = fm.free(cache, 1, b, 4 * KiB);
+  EXPECT_EQ(r.status, put_status::refused) << "the capture's free is the graph's";
+  EXPECT_EQ(cache.recorded_bytes(b), 0U) << "a refused block leaves the record";
+  auto const s = cache.stats();
+  EXPECT_EQ(s.refused_unmarked, 0U) << "a capture is no unmarkable stream";
+  EXPECT_EQ(s.cached_blocks, 1U);
+  fm.capturing = false;
+  EXPECT_EQ(fm.release(cache), 0U) << "the earlier block lost its order";
+  EXPECT_EQ(cache.check_invariants(), 0U);
+}
+
+TEST(FrontCacheRelease, ABlockWhoseFreeFailsStaysInTheCacheUntilTheNextRelease)
+{
+  front_cache cache{1 * MiB};
+  void* const p = handed(cache, 0, 4 * KiB);
+  void* const q = handed(cache, 1, 4 * KiB);
+  ASSERT_EQ(cache.put(1, p, 4 * KiB).status, put_status::cached);
+  ASSERT_EQ(cache.put(1, q, 4 * KiB).status, put_status::cached);
+  std::set<void*> freed;
+  std::size_t const offered = cache.release([&](stream_key, void* b, std::size_t) noexcept {
+    if (b == p) { return false; }  // the driver refused this free
+    freed.insert(b);
+    return true;
+  });
+  EXPECT_EQ(offered, 2U);
+  EXPECT_EQ(freed, std::set<void*>{q});
+  auto s = cache.stats();
+  EXPECT_EQ(s.parked_blocks, 1U) << "the block whose free failed left the cache";
+  EXPECT_EQ(cache.recorded_bytes(p), front_cache::round_to_class(4 * KiB))
+    << "the block whose free failed left the record";
+  EXPECT_GE(s.charged_bytes, front_cache::round_to_class(4 * KiB)) << "its charge went back";
+  EXPECT_EQ(cache.put(1, p, 4 * KiB).status, put_status::already_cached)
+    << "a second free of a block the cache still holds";
+  EXPECT_EQ(cache.check_invariants(), 0U);
+  std::size_t const again =
+    cache.release([&](stream_key, void* b, std::size_t) noexcept { freed.insert(b); });
+  EXPECT_EQ(again, 1U);
+  EXPECT_EQ(freed, (std::set<void*>{p, q}));
+  s = cache.stats();
+  EXPECT_EQ(s.parked_blocks + s.cached_blocks, 0U);
+  EXPECT_EQ(cache.recorded_bytes(p), 0U);
+  EXPECT_EQ(cache.check_invariants(), 0U);
+}
+
+TEST(FrontCacheRelease, ABlockItsOwnStreamCouldNotFreeIsCachedThereAgain)
+{
+  front_cache cache{1 * MiB};
+  void* const p = handed(cache, 0, 4 * KiB);
+  ASSERT_EQ(cache.put(7, p, 4 * KiB).status, put_status::cached);
+  EXPECT_EQ(cache.drain_stream(7, [](stream_key, void*, std::size_t) noexcept { return false; }),
+            1U);
+  EXPECT_EQ(cache.stats().cached_blocks, 1U);
+  EXPECT_EQ(cache.take(7, 4 * KiB), p) << "its own stream may use it again";
   EXPECT_EQ(cache.check_invariants(), 0U);
 }
 

@@ -497,7 +497,7 @@ TEST_F(MemPoolTest, ManagedPoolServesItsDeviceWhateverItsAccessReads)
   ASSERT_EQ(cudaSuccess, launch_fill(words, count, test_seed, cudaStreamPerThread));
   ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(cudaStreamPerThread));
   EXPECT_TRUE(holds_pattern(words, count * 4));
-  EXPECT_EQ(cudaSuccess, mem_pool::deallocate_async(words, cudaStreamPerThread));
+  EXPECT_EQ(cudaSuccess, pool.deallocate_async(words, cudaStreamPerThread));
   ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(cudaStreamPerThread));
 }
 

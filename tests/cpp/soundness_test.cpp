@@ -317,6 +317,65 @@ TEST_F(SoundnessTest, AClosedPoolWaitsForItsQueuedFreesAndThenGoes)
   EXPECT_EQ(cudaStreamDestroy(own), cudaSuccess);
 }
 
+// ---- a free racing the beginning of a capture on its stream -------------------------------------
+
+// The put hook (testing::set_put_hook) holds the freeing thread between the cache's decision to
+// take the block and its record of the stream's order, until the main thread has begun a
+// capture on that stream: the window a real race hits rarely, made certain.
+std::atomic<int> race_step{0};
+void wait_for_the_capture(cudaStream_t) noexcept
+{
+  race_step.store(1);
+  while (race_step.load() != 2) { std::this_thread::yield(); }
+}
+
+struct put_hook_scope {
+  explicit put_hook_scope(void (*hook)(cudaStream_t) noexcept) { testing::set_put_hook(hook); }
+  ~put_hook_scope() { testing::set_put_hook(nullptr); }
+  put_hook_scope(put_hook_scope const&)            = delete;
+  put_hook_scope& operator=(put_hook_scope const&) = delete;
+};
+
+TEST_F(SoundnessTest, AFreeRacingACaptureOnItsStreamBreaksNeitherTheCaptureNorTheRecord)
+{
+  async_device_memory_resource mr{{.source = pool_source::new_pool, .cache = cache_cap}};
+  mem_pool const pool = mr.pool();
+  for (int round = 0; round < 20; ++round) {
+    cudaStream_t s = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    cuda::stream_ref const sr{s};
+    // A block cached on s before the race: its order is the marker's, which must survive.
+    mr.deallocate(sr, mr.allocate(sr, 4096), 4096);
+    void* const p = mr.allocate(sr, 4096);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    cudaGraph_t graph = nullptr;
+    {
+      put_hook_scope const hook{&wait_for_the_capture};
+      race_step.store(0);
+      std::thread freeing{[&] { mr.deallocate(sr, p, 4096); }};
+      while (race_step.load() != 1) { std::this_thread::yield(); }
+      ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), cudaSuccess);
+      race_step.store(2);
+      freeing.join();
+      EXPECT_NO_THROW(mr.release_cache()) << "round " << round;
+      EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess)
+        << "round " << round << ": the racing free invalidated the capture";
+    }
+    // The free that met the capture is the graph's (as without a cache): it runs at the launch.
+    if (graph != nullptr) {
+      EXPECT_EQ(instantiate_and_run(graph, s), cudaSuccess);
+      EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+    }
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_NO_THROW(mr.release_cache());
+    EXPECT_EQ(pool.get_attribute(pool_attribute::used_mem_current), 0U)
+      << "round " << round << ": a block was lost from the cache's record";
+    EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+    cudaGetLastError();
+    if (HasFailure()) { break; }
+  }
+}
+
 // ---- IPC: an imported allocation keeps its imported pool alive -----------------------------------
 
 template <class Import>

@@ -268,3 +268,58 @@ def test_closing_a_current_owned_pool_routes_back(gpu, kernels):
         assert MemPool.current(loc, atype) == default, (
             f"a destroyed pool stayed current for {atype}@{loc}")
     h.assert_context_works(asyncmr.AsyncDeviceMR(pool="new"))
+
+
+EXIT_WHILE_WAITING = r"""
+import sys, threading, time
+import cupy
+import asyncmr
+from asyncmr import Location, MemPool
+from rmm.pylibrmm.stream import Stream
+
+SPIN = r'''extern "C" __global__ void spin(unsigned long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+}'''
+MiB = 1 << 20
+pool = MemPool.create(Location.device(0), "device", max_size=64 * MiB)
+mr = asyncmr.AsyncDeviceMR(pool=pool, cache=64 * MiB)
+mr.release_gil = sys.argv[1]
+cs = cupy.cuda.Stream(non_blocking=True)
+s = Stream(obj=cs)
+kernel = cupy.RawKernel(SPIN, "spin")
+cupy.cuda.runtime.deviceSynchronize()
+with cs:
+    kernel((1,), (1,), (cupy.uint64(4_000_000_000),))  # 4 s
+# Cached on s, behind the kernel: a release waits for it.
+blocks = [mr.allocate(MiB, s) for _ in range(32)]
+for b in blocks:
+    mr.deallocate(b, MiB, s)
+waiting = threading.Event()
+
+
+def out_of_memory():
+    waiting.set()
+    try:
+        mr.allocate(48 * MiB, Stream())  # the pool gets the cached blocks back: a wait
+    except MemoryError:
+        pass
+
+
+threading.Thread(target=out_of_memory, daemon=True).start()
+waiting.wait()
+time.sleep(0.5)
+print("exiting while a daemon thread waits", flush=True)
+"""
+
+
+@pytest.mark.parametrize("release_gil", ["never", "auto"])
+def test_interpreter_exit_while_a_daemon_thread_waits_on_the_device(gpu, release_gil):
+    """The interpreter finalizes while a daemon thread, its GIL let go, waits in a release behind
+    a 4 s kernel: that thread must not take the process down when its wait ends."""
+    proc = h.run_python(EXIT_WHILE_WAITING, release_gil, timeout=120)
+    assert "exiting" in proc.stdout, h.describe(proc)
+    assert proc.returncode == 0, h.describe(proc)
+    for sign in ("Fatal Python error", "terminate called", "Segmentation fault"):
+        assert sign not in proc.stderr, h.describe(proc)

@@ -1,0 +1,113 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Retiring owned pools: created, used and dropped many times in a process that uses RMM and
+CuPy too, never taking it down; closed pools give back what caches hold of them; a parked pool
+is destroyed once it holds nothing, with no other asyncmr call after its last free."""
+
+import gc
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import reliability_helpers as h
+import retire_workload
+from asyncmr import AsyncDeviceMR, AsyncManagedMR, AsyncPinnedMR, Location, MemPool
+from asyncmr._core import _parked_pools
+
+MiB = 1 << 20
+HERE = os.path.dirname(os.path.abspath(__file__))
+#: Rounds of the workload: every kind, both cache settings, four streams, three sizes a round.
+ROUNDS = int(os.environ.get("ASYNCMR_RETIRE_ROUNDS", "0") or 0) or (20 if h.UNDER_SANITIZER else 100)
+
+
+def _settle_parked(limit_s: float = 2.0) -> int:
+    deadline = time.monotonic() + limit_s
+    while _parked_pools() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return _parked_pools()
+
+
+# ---- owned pools created and dropped many times -----------------------------------------------
+
+def test_owned_pools_of_every_kind_retire_under_rmm_and_cupy(cp):
+    """The stress test in this process: RMM's current resource and CuPy's allocator in use, a
+    CuPy array and an rmm.DeviceBuffer held throughout (a retirement that crashes ends pytest)."""
+    counts = retire_workload.run(ROUNDS, seed=1)
+    h.record("retire", f"{counts['resources']} owned pools retired in process, "
+             f"{counts['pairs']} pairs, {counts['closed']} closed, {counts['prefetches']} prefetches")
+    assert counts["parked"] == 0, f"pools still parked at the end: {counts}"
+    h.assert_context_works(AsyncDeviceMR(pool="new"))
+
+
+@pytest.mark.parametrize("adopt", [False, True], ids=["new", "adopted"])
+def test_owned_pools_retire_in_a_plain_interpreter(cp, adopt):
+    """The same workload in a fresh interpreter (a crash is an exit status here)."""
+    args = [sys.executable, os.path.join(HERE, "retire_workload.py"), str(ROUNDS), "--seed", "2"]
+    if adopt:
+        args.append("--adopt")
+    run = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, (
+        f"exit {run.returncode}\n--- stdout\n{run.stdout[-3000:]}\n--- stderr\n{run.stderr[-3000:]}")
+    assert "parked=0" in run.stdout, run.stdout
+
+
+# ---- a closed pool gives back its cached blocks ------------------------------------------------
+
+def _created(kind):
+    loc = Location.host() if kind == "pinned" else Location.device(0)
+    return MemPool.create(loc, kind)
+
+
+def _resource(kind, pool, **kw):
+    return {"device": AsyncDeviceMR, "managed": AsyncManagedMR, "pinned": AsyncPinnedMR}[kind](
+        pool=pool, **kw)
+
+
+@pytest.mark.parametrize("kind", ["device", "managed", "pinned"])
+def test_closing_a_pool_gives_back_what_its_cache_holds(cp, kind):
+    from rmm.pylibrmm.stream import Stream
+
+    gc.collect()
+    before = _settle_parked()
+    pool = _created(kind)
+    mr = _resource(kind, pool, cache=64 * MiB)
+    s = Stream()
+    blocks = [mr.allocate(MiB, s) for _ in range(33)]
+    for b in blocks:
+        mr.deallocate(b, MiB, s)
+    assert mr.cache_info["blocks"] == 33, mr.cache_info
+    pool.close()
+    # Destroyed at close: nothing of it stays parked behind the cached blocks.
+    assert _parked_pools() == before, "the closed pool stays parked behind its cached blocks"
+    assert mr.cache_info["blocks"] == 0, mr.cache_info
+    s.synchronize()
+
+
+def test_a_parked_pool_goes_once_its_last_block_is_freed(cp):
+    """Parked at close because a block is live; once that block's free has run, the pool's
+    memory comes back within a moment, with no asyncmr call in between."""
+    from rmm.pylibrmm.stream import Stream
+
+    if h.UNDER_SANITIZER:
+        h.not_applicable("memcheck holds freed blocks back, so the pool does not empty")
+    size = 256 * MiB
+    gc.collect()
+    pool = MemPool.create(Location.device(0), "device")
+    mr = AsyncDeviceMR(pool=pool)
+    s = Stream()
+    cp.cuda.runtime.deviceSynchronize()
+    free_before = cp.cuda.runtime.memGetInfo()[0]
+    p = mr.allocate(size, s)
+    s.synchronize()
+    pool.close()  # parked: the block is live
+    mr.deallocate(p, size, s)
+    s.synchronize()  # the free has run; from here on nothing calls asyncmr
+    deadline = time.monotonic() + 2.0
+    free_now = cp.cuda.runtime.memGetInfo()[0]
+    while free_now < free_before - 64 * MiB and time.monotonic() < deadline:
+        time.sleep(0.01)
+        free_now = cp.cuda.runtime.memGetInfo()[0]
+    assert free_now >= free_before - 64 * MiB, (
+        f"the parked pool kept {(free_before - free_now) / MiB:.0f} MiB 2 s after its last free")
