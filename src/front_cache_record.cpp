@@ -32,7 +32,9 @@ std::atomic<std::uint64_t>* front_cache::find_slot(void const* ptr) const noexce
 // none is empty, into a slot holding a graph's note (rule 1: a note only saves the owner a
 // driver question, and a destroyed graph's notes would otherwise fill the record for good).
 // False when no slot is either.
-bool front_cache::claim_slot(std::uint64_t address, std::uint64_t value, bool over_notes) noexcept
+std::atomic<std::uint64_t>* front_cache::claim_slot(std::uint64_t address,
+                                                    std::uint64_t value,
+                                                    bool over_notes) noexcept
 {
   std::size_t const home = home_slot(address, slot_mask_);
   for (std::size_t i = 0; i < probe; ++i) {
@@ -40,10 +42,10 @@ bool front_cache::claim_slot(std::uint64_t address, std::uint64_t value, bool ov
     std::uint64_t expected = 0;
     if (slot.load(std::memory_order_relaxed) == 0 &&
         slot.compare_exchange_strong(expected, value, std::memory_order_acq_rel)) {
-      return true;
+      return &slot;
     }
   }
-  if (!over_notes) { return false; }
+  if (!over_notes) { return nullptr; }
   for (std::size_t i = 0; i < probe; ++i) {
     auto& slot         = slots_[(home + i) & slot_mask_];
     std::uint64_t seen = slot.load(std::memory_order_relaxed);
@@ -51,10 +53,10 @@ bool front_cache::claim_slot(std::uint64_t address, std::uint64_t value, bool ov
     // meanwhile is not taken from it. A note is never cached, so no bucket lists its slot.
     if ((seen == 0 || class_of(seen) == graph_class) &&
         slot.compare_exchange_strong(seen, value, std::memory_order_acq_rel)) {
-      return true;
+      return &slot;
     }
   }
-  return false;
+  return nullptr;
 }
 
 bool front_cache::record(void* ptr, std::size_t bytes) noexcept
@@ -79,7 +81,7 @@ bool front_cache::record(void* ptr, std::size_t bytes) noexcept
     if (class_of(v) == graph_class) { recorded_.fetch_add(1, std::memory_order_relaxed); }
     return true;
   }
-  if (claim_slot(a, value, true)) {
+  if (claim_slot(a, value, true) != nullptr) {
     recorded_.fetch_add(1, std::memory_order_relaxed);
     return true;
   }

@@ -100,10 +100,60 @@ std::size_t front_cache::free_parked_impl(bool one,
 {
   // One bucket at a time: its lists are swapped out under the locks, then `f` runs with no lock
   // held (it calls CUDA, and may even use this cache). Indices stay valid: buckets_ only grows.
+  // A block's charge returns to the budget only once `f` freed it: one whose free failed goes
+  // back to the cache still charged, so the cap holds at every instant.
   std::size_t freed = 0;
   block_lists taken;  // empty vectors: constructing them allocates nothing
+  // Puts back into `b` the blocks of `key` whose free failed, charged still. A block its own
+  // stream could not free (drain_stream) is cached there again while the bucket still serves
+  // that stream (its order on it holds). Parked blocks were ordered already: they stay parked,
+  // joining a generation parked since (freed under the later proof, which is never too early).
+  // A drained block whose bucket serves another stream by now has no order the cache could
+  // keep: it stays out of the lists (untracked, its charge returned) rather than risk a reuse.
+  auto const keep = [this](bucket& b, bool own_stream, stream_key key, std::uint64_t proof,
+                           block_lists& kept, std::size_t bytes, std::size_t blocks) noexcept {
+    lock_scope const registry{registry_lock_};
+    lock_scope const g{b.lock};
+    if (own_stream && !(b.bound && b.key == key)) {
+      for (std::size_t c = 0; c < class_count; ++c) {
+        for (record_slot* const slot : kept[c]) {
+          slot->store(0, std::memory_order_release);
+          recorded_.fetch_sub(1, std::memory_order_relaxed);
+          untracked_.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+      available_.fetch_add(bytes, std::memory_order_relaxed);
+      return;
+    }
+    bool const cached = own_stream;
+    auto& lists       = cached ? b.free : b.parked;
+    for (std::size_t c = 0; c < class_count; ++c) {
+      for (record_slot* const slot : kept[c]) {
+        try {
+          lists[c].push_back(slot);
+        } catch (...) {  // no host memory: it cannot be listed (lost to the cache)
+          slot->store(0, std::memory_order_release);
+          recorded_.fetch_sub(1, std::memory_order_relaxed);
+          untracked_.fetch_add(1, std::memory_order_relaxed);
+          available_.fetch_add(class_table[c], std::memory_order_relaxed);
+          bytes -= class_table[c];
+          --blocks;
+        }
+      }
+    }
+    if (cached) {
+      b.cached += bytes;
+      b.blocks += blocks;
+      return;
+    }
+    if (b.parked_blocks == 0) { b.parked_proof = proof; }
+    b.parked_bytes += bytes;
+    b.parked_blocks += blocks;
+  };
   for (std::size_t i = 0;; ++i) {
-    stream_key key = 0;
+    stream_key key            = 0;
+    bucket* from              = nullptr;
+    std::uint64_t taken_proof = 0;
     {
       lock_scope const registry{registry_lock_};
       if (one) {
@@ -113,34 +163,69 @@ std::size_t front_cache::free_parked_impl(bool one,
         bucket& b = *it->second;
         lock_scope const g{b.lock};
         taken.swap(b.free);
-        available_.fetch_add(b.cached + b.credit, std::memory_order_relaxed);
+        available_.fetch_add(b.credit, std::memory_order_relaxed);
         b.cached = 0;
         b.blocks = 0;
         b.credit = 0;
         key      = b.key;
+        from     = &b;
       } else {
         if (i >= buckets_.size()) { break; }
         bucket& b = *buckets_[i];
         lock_scope const g{b.lock};
         if (b.parked_blocks == 0 || b.parked_proof > proven) { continue; }
         taken.swap(b.parked);
-        available_.fetch_add(b.parked_bytes, std::memory_order_relaxed);
+        taken_proof     = b.parked_proof;
         b.parked_bytes  = 0;
         b.parked_blocks = 0;
         key             = b.key;
+        from            = &b;
       }
     }
+    std::size_t returned = 0;  // bytes freed: their charge goes back to the budget
+    block_lists kept;          // blocks whose free failed (allocates only then)
+    std::size_t kept_bytes = 0, kept_blocks = 0;
     for (std::size_t c = 0; c < class_count; ++c) {
       for (record_slot* const slot : taken[c]) {
         // The record forgets the block before the pool can hand its address out again.
-        void* const p = address_in(slot->load(std::memory_order_acquire));
+        std::uint64_t const value = slot->load(std::memory_order_acquire);
+        void* const p             = address_in(value);
         slot->store(0, std::memory_order_release);
         recorded_.fetch_sub(1, std::memory_order_relaxed);
-        f(ctx, key, p, class_table[c]);
         ++freed;
+        if (f(ctx, key, p, class_table[c])) {
+          returned += class_table[c];
+          continue;
+        }
+        // Still the pool's allocation: recorded again (in its old slot when free) and kept.
+        record_slot* again = nullptr;
+        std::uint64_t expected = 0;
+        if (slot->compare_exchange_strong(expected, value, std::memory_order_acq_rel)) {
+          again = slot;
+        } else {
+          again = claim_slot(address_of(p), value, true);
+        }
+        if (again == nullptr) {  // no room in the record: it cannot be listed (lost to the cache)
+          untracked_.fetch_add(1, std::memory_order_relaxed);
+          returned += class_table[c];
+          continue;
+        }
+        recorded_.fetch_add(1, std::memory_order_relaxed);
+        try {
+          kept[c].push_back(again);
+          kept_bytes += class_table[c];
+          ++kept_blocks;
+        } catch (...) {  // no host memory for the list: lost to the cache
+          again->store(0, std::memory_order_release);
+          recorded_.fetch_sub(1, std::memory_order_relaxed);
+          untracked_.fetch_add(1, std::memory_order_relaxed);
+          returned += class_table[c];
+        }
       }
       taken[c].clear();
     }
+    available_.fetch_add(returned, std::memory_order_relaxed);
+    if (kept_blocks != 0) { keep(*from, one, key, taken_proof, kept, kept_bytes, kept_blocks); }
     if (!one) {
       // A bucket a stale reclaim emptied belongs to a stream idle since before that reclaim:
       // free it for another stream now rather than at the next reclaim.

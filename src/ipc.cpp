@@ -239,7 +239,7 @@ void imported_allocation::release(cudaStream_t stream)
       "graph cannot free another process's memory); release it outside the capture. Nothing "
       "was changed"};
   }
-  if (cudaError_t const freed = mem_pool::deallocate_async(ptr, stream); freed != cudaSuccess) {
+  if (cudaError_t const freed = pool_.deallocate_async(ptr, stream); freed != cudaSuccess) {
     detail::throw_cuda_error(freed, "cudaFreeAsync(ptr, stream)");  // as every pool free
   }
   ptr_.store(nullptr);  // the free is enqueued: never again

@@ -373,13 +373,18 @@ void* mem_pool::allocate_async(std::size_t bytes, cudaStream_t stream) const
   return ptr;
 }
 
-cudaError_t mem_pool::deallocate_async(void* ptr, cudaStream_t stream) noexcept
+cudaError_t mem_pool::deallocate_async(void* ptr, cudaStream_t stream) const noexcept
 {
+  // Counted in flight, as an allocation is: the driver drops the pool's used bytes inside the
+  // call, and a closed pool found empty meanwhile must not be destroyed under it.
+  auto& in_flight = state_->in_flight;
+  in_flight.fetch_add(1);
   cudaError_t status{};
   {
     detail::relaxed_capture_guard const relaxed;  // as allocate_async
     status = cudaFreeAsync(ptr, stream);
   }
+  in_flight.fetch_sub(1);
   detail::clear_own_error(status);
   return status;
 }
@@ -540,7 +545,12 @@ void mem_pool::close()
   // Allocations through other copies may be in flight: the registry reads this state's
   // in-flight count before it decides to destroy the driver pool.
   std::lock_guard<std::mutex> lock{state_->close_mutex};
-  if (cudaMemPool_t const h = state_->detach()) { detail::retire(h, state_, state_->live_imports); }
+  if (cudaMemPool_t const h = state_->detach()) {
+    // Frees bypass the caches from now on (the handle is cleared); what they hold goes back now,
+    // so that the pool is destroyed here rather than parked behind cached blocks.
+    detail::run_pool_closing_hook(h);
+    detail::retire(h, state_, state_->live_imports);
+  }
 }
 
 bool mem_pool::operator==(mem_pool const& other) const noexcept

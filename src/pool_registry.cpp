@@ -5,12 +5,14 @@
 // The pools asyncmr owns, process-wide, under one mutex:
 // - every live owned pool, by handle, so that adopting such a handle as a view shares the
 //   owner's state and sees its close() instead of using a destroyed handle;
-// - pools closed while allocations were live or in flight ("parked"). On the H200 with driver
-//   580, destroying a pool and then freeing one of its blocks crashed the process at a later
-//   synchronization, although the documentation allows it, and destroying one while a free of
-//   its blocks was still queued on a stream left that stream never finishing. Parked pools are
+// - pools closed while allocations were live or in flight ("parked"). Destroying a pool and
+//   then freeing one of its blocks crashes the 13.0 driver at a later synchronization, although
+//   the documentation allows it, and destroying one while frees of its blocks are still queued
+//   on a stream can leave that stream never finishing (docs/DRIVER_FACTS.md). Parked pools are
 //   trimmed, and destroyed once nothing is allocated from them, nothing stays reserved after a
-//   trim (no queued free) and no allocation is in flight, at the next close or create;
+//   trim (no queued free) and no allocation is in flight: at the next close or create, and by a
+//   background sweeper that looks at them while any are parked, so a pool goes as soon as it
+//   is idle;
 // - the stand-in default host pools of a CUDA 12 build on a 12.x driver, never destroyed.
 
 #include "detail/pool_state.hpp"
@@ -19,9 +21,13 @@
 #include <asyncmr/error.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -86,9 +92,12 @@ bool idle(cudaMemPool_t handle,
           pool_state const* state,
           std::atomic<std::int64_t> const* imports) noexcept
 {
-  if (state != nullptr && state->in_flight.load() != 0) { return false; }
   // An imported pool's usage is the exporter's: this process's imports are what counts.
-  return imports != nullptr ? imports->load() == 0 : holds_nothing(handle);
+  if (imports != nullptr ? imports->load() != 0 : !holds_nothing(handle)) { return false; }
+  // Read after the driver's counters (sequentially consistent): a free whose call dropped the
+  // used bytes to 0 is still counted here until the driver returned from it, and no later free
+  // of this pool can begin, for nothing is allocated from it.
+  return state == nullptr || state->in_flight.load() == 0;
 }
 
 namespace {
@@ -112,7 +121,97 @@ void sweep_parked(owned_pools& pools) noexcept
   });
 }
 
+// ---- the sweeper: destroys parked pools once idle, whatever else the process does ----------
+//
+// One thread, started when the first pool is parked. While pools are parked it sweeps at
+// growing intervals (1 ms to 50 ms: a free queued behind a short kernel is seen at once, a pool
+// parked behind a long-lived block costs a few driver queries a second); with none parked it
+// sleeps until a retire wakes it. At exit it stops before the CUDA runtime is torn down.
+
+struct sweeper_state {
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool started{false};
+  bool exiting{false};
+  bool sweeping{false};
+};
+
+sweeper_state& sweeper() noexcept
+{
+  static auto* s = new sweeper_state{};  // never destroyed, as the registry
+  return *s;
+}
+
+void sweeper_loop() noexcept
+{
+  using namespace std::chrono_literals;
+  auto& s     = sweeper();
+  auto& pools = registry();
+  auto wait   = 1ms;
+  std::unique_lock<std::mutex> lock{s.mutex};
+  for (;;) {
+    if (s.exiting) { return; }
+    lock.unlock();
+    std::size_t left = 0;
+    {
+      std::lock_guard<std::mutex> registry_lock{pools.mutex};
+      relaxed_capture_guard guard;
+      sweep_parked(pools);
+      left = pools.parked.size();
+    }
+    lock.lock();
+    if (s.exiting) { return; }
+    if (left == 0) {
+      s.sweeping = false;
+      s.wake.wait(lock, [&] { return s.exiting || s.sweeping; });
+      wait = 1ms;
+    } else {
+      s.wake.wait_for(lock, wait);
+      wait = std::min(wait * 2, std::chrono::milliseconds{50});
+    }
+  }
+}
+
+void stop_sweeper() noexcept
+{
+  auto& s = sweeper();
+  std::lock_guard<std::mutex> lock{s.mutex};
+  s.exiting = true;
+  s.wake.notify_all();
+}
+
+// Asks the sweeper to look at the parked pools (starting it the first time). Never throws: a
+// thread that cannot start leaves the pools to the next close or create.
+void wake_sweeper() noexcept
+{
+  auto& s = sweeper();
+  try {
+    std::lock_guard<std::mutex> lock{s.mutex};
+    if (s.exiting) { return; }
+    if (!s.started) {
+      std::thread{sweeper_loop}.detach();
+      s.started = true;
+      std::atexit(stop_sweeper);
+    }
+    s.sweeping = true;
+    s.wake.notify_one();
+  } catch (...) {  // NOLINT(bugprone-empty-catch): no thread: the next close or create sweeps
+  }
+}
+
+std::atomic<pool_closing_hook> closing_hook{nullptr};
+
 }  // namespace
+
+void set_pool_closing_hook(pool_closing_hook hook) noexcept
+{
+  closing_hook.store(hook, std::memory_order_release);
+}
+
+void run_pool_closing_hook(cudaMemPool_t handle) noexcept
+{
+  if (auto const hook = closing_hook.load(std::memory_order_acquire)) { hook(handle); }
+}
 
 std::shared_ptr<pool_state> register_owned(std::shared_ptr<pool_state> const& state)
 {
@@ -184,6 +283,7 @@ void retire(cudaMemPool_t handle,
     }                // destroyed (a leak, never a destroyed pool still in use)
   }
   sweep_parked(pools);
+  if (!pools.parked.empty()) { wake_sweeper(); }
 }
 
 cudaMemPool_t stand_in_pool(location const& where, allocation_type type)

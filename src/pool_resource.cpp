@@ -300,7 +300,7 @@ free_result pool_resource_base::deallocate_checked(cuda::stream_ref stream,
   history_ring* const ring  = history_ ? history_->recordings.active() : nullptr;
   std::uint64_t const stamp = ring != nullptr ? history_stamp() : 0;
   free_result const result  = cache_ ? cache_->deallocate(stream.get(), ptr, bytes)
-                                     : free_to_pool(ptr, stream.get());
+                                     : free_to_pool(pool_, ptr, stream.get());
   if (!result.ok()) {
     refused_frees.fetch_add(1, std::memory_order_relaxed);
   } else if (ring != nullptr) {

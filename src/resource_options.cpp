@@ -200,10 +200,10 @@ std::uint64_t reserve_in(mem_pool const& pool, std::size_t bytes, std::optional<
   try {
     grown = pool.get<pool_attribute::reserved_mem_current>();
   } catch (...) {
-    clear_own_error(mem_pool::deallocate_async(ptr, stream));
+    clear_own_error(pool.deallocate_async(ptr, stream));
     throw;
   }
-  cudaError_t status = mem_pool::deallocate_async(ptr, stream);
+  cudaError_t status = pool.deallocate_async(ptr, stream);
   if (status == cudaSuccess) {
     blocking_region const wait;
     status = cudaStreamSynchronize(stream);

@@ -19,10 +19,12 @@
 #include <rmm/error.hpp>
 #include <rmm/logger.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -30,6 +32,8 @@
 #include <vector>
 
 namespace asyncmr::detail {
+
+std::atomic<void (*)(cudaStream_t) noexcept> testing_put_hook{nullptr};
 
 namespace {
 
@@ -74,45 +78,74 @@ cudaEvent_t make_marker(cudaStream_t stream) noexcept
   return status == cudaSuccess ? event : nullptr;
 }
 
-bool mark_stream(void*, void*& marker, void* stream) noexcept
+// A bucket's marker: the event that holds its stream's order, and a spare that each put records
+// first. They trade places only once the stream is known not to capture after the record: a
+// capture may begin on the stream between the owner's last look and the record (another thread
+// calls cudaStreamBeginCapture), and an event recorded into a capture must never order a
+// release (the release stream would join the capture, and every free on it would fail).
+struct marker_pair {
+  cudaEvent_t order{nullptr};
+  cudaEvent_t spare{nullptr};
+};
+
+// Records `event`, or a fresh one made in `stream`'s context when `event` is null or of another
+// context (the bucket now serves a stream of another device or context). Returns the event
+// recorded, or nullptr; `event` is destroyed when replaced.
+cudaEvent_t record_marker(cudaEvent_t event, cudaStream_t stream) noexcept
+{
+  if (event != nullptr) {
+    auto const status = record_event(event, stream);
+    if (status == cudaSuccess) { return event; }
+    clear_own_error(status);
+    clear_own_error(cudaEventDestroy(event));
+  }
+  cudaEvent_t const fresh = make_marker(stream);
+  if (fresh == nullptr) { return nullptr; }
+  auto const status = record_event(fresh, stream);
+  if (status == cudaSuccess) { return fresh; }
+  clear_own_error(status);
+  clear_own_error(cudaEventDestroy(fresh));
+  return nullptr;
+}
+
+mark_result mark_stream(void*, void*& marker, void* stream) noexcept
 {
   auto const s = static_cast<cudaStream_t>(stream);
-  if (marker != nullptr) {
-    auto const status = record_event(static_cast<cudaEvent_t>(marker), s);
-    if (status == cudaSuccess) { return true; }
-    clear_own_error(status);
-    // An event of another context (the bucket now serves a stream of another device or
-    // context): a fresh one is made below, in this stream's.
+  auto* pair   = static_cast<marker_pair*>(marker);
+  if (pair == nullptr) {
+    pair = new (std::nothrow) marker_pair{};
+    if (pair == nullptr) { return mark_result::unmarkable; }
+    marker = pair;
   }
-  cudaEvent_t const fresh = make_marker(s);
-  if (fresh == nullptr) { return false; }
-  auto const status = record_event(fresh, s);
-  clear_own_error(status);
-  if (status != cudaSuccess) {
-    // Never made the marker: a wait for an event never recorded returns at once, and the
-    // bucket's earlier blocks would be freed without their stream's order.
-    clear_own_error(cudaEventDestroy(fresh));
-    return false;
-  }
-  // Replaced only now: until a fresh one is recorded, the old marker still orders the blocks
-  // the bucket holds (dropping it first would leave them no order at all, never to be parked).
-  if (marker != nullptr) { clear_own_error(cudaEventDestroy(static_cast<cudaEvent_t>(marker))); }
-  marker = fresh;
-  return true;
+  cudaEvent_t const recorded = record_marker(pair->spare, s);
+  pair->spare                = recorded;
+  // Never recorded: the old order stays (a wait for an event never recorded would return at
+  // once, and the bucket's earlier blocks would be freed without their stream's order).
+  if (recorded == nullptr) { return mark_result::unmarkable; }
+  // The legacy stream never captures (and is not asked: see legacy_stream).
+  if (!legacy_stream(s) && stream_capturing(s)) { return mark_result::capturing; }
+  pair->spare = pair->order;
+  pair->order = recorded;
+  return mark_result::marked;
 }
 
 bool order_release(void* streams, void* marker) noexcept
 {
-  if (marker == nullptr) { return false; }
-  auto const status = cudaStreamWaitEvent(static_cast<cache_streams*>(streams)->release,
-                                          static_cast<cudaEvent_t>(marker), 0);
+  auto const* pair = static_cast<marker_pair const*>(marker);
+  if (pair == nullptr || pair->order == nullptr) { return false; }
+  auto const status =
+    cudaStreamWaitEvent(static_cast<cache_streams*>(streams)->release, pair->order, 0);
   clear_own_error(status);
   return status == cudaSuccess;
 }
 
 void destroy_marker(void*, void* marker) noexcept
 {
-  clear_own_error(cudaEventDestroy(static_cast<cudaEvent_t>(marker)));
+  auto* const pair = static_cast<marker_pair*>(marker);
+  for (cudaEvent_t const e : {pair->order, pair->spare}) {
+    if (e != nullptr) { clear_own_error(cudaEventDestroy(e)); }
+  }
+  delete pair;
 }
 
 // ---- the registry of live caches, per pool ---------------------------------------------------
@@ -128,8 +161,15 @@ cache_registry& registry() noexcept
   return *r;
 }
 
+// mem_pool::close's hook: a closed pool's blocks leave every cache on it before it retires.
+void release_caches_of_closing(cudaMemPool_t pool) noexcept
+{
+  static_cast<void>(release_caches_of(pool, nullptr));
+}
+
 void register_cache(std::shared_ptr<stream_cache> const& cache)
 {
+  set_pool_closing_hook(&release_caches_of_closing);
   auto& r = registry();
   r.lock.lock();
   try {
@@ -229,9 +269,9 @@ void request_reclaim(std::weak_ptr<stream_cache> cache) noexcept
   }
 }
 
-free_result free_to_pool(void* ptr, cudaStream_t stream) noexcept
+free_result free_to_pool(mem_pool const& pool, void* ptr, cudaStream_t stream) noexcept
 {
-  auto const status = mem_pool::deallocate_async(ptr, stream);
+  auto const status = pool.deallocate_async(ptr, stream);
   return status == cudaSuccess ? free_result{}
                                : free_result{free_status::driver_refused, status, 0};
 }
@@ -275,7 +315,7 @@ caches_given_back release_caches_of(cudaMemPool_t pool, stream_cache const* exce
   caches_given_back given;
   for (auto const& weak : all) {
     auto const c = weak.lock();
-    if (!c || c.get() == except || c->pool_handle() != pool) { continue; }
+    if (!c || c.get() == except || c->made_for() != pool) { continue; }
     std::size_t const before = c->stats().cached_blocks;
     if (c->release() == cudaSuccess) {
       ++given.caches;
@@ -385,7 +425,8 @@ std::size_t stream_cache::free_in_release_order(bool stale) noexcept
   // cache's device's context current (release, reclaim_stale, the destructor). The front cache
   // parks and hands the blocks over under its release lock (front_cache::release).
   auto free = [this](stream_key, void* p, std::size_t) noexcept {
-    clear_own_error(cudaFreeAsync(p, streams_.release));
+    // A free that failed leaves the block in the cache.
+    return pool_.deallocate_async(p, streams_.release) == cudaSuccess;
   };
   return stale ? cache_.reclaim_stale(free) : cache_.release(free);
 }
@@ -464,8 +505,8 @@ void* stream_cache::allocate(cudaStream_t stream, std::size_t bytes, bool* hit)
   } catch (rmm::out_of_memory const& e) {
     // A cache must never be the reason an allocation fails: this stream's blocks go back in its
     // own order (no wait), then every cache on the pool (release: the release streams).
-    std::size_t given = cache_.drain_stream(key, [stream](stream_key, void* p, std::size_t) noexcept {
-      static_cast<void>(mem_pool::deallocate_async(p, stream));
+    std::size_t given = cache_.drain_stream(key, [this, stream](stream_key, void* p, std::size_t) noexcept {
+      return pool_.deallocate_async(p, stream) == cudaSuccess;
     });
     try {
       if (given != 0) { ptr = pool_.allocate_async(cls, stream); }
@@ -513,14 +554,19 @@ free_result stream_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t
   // the driver cannot name, or after the pool was closed (it is parked until its blocks are
   // back, and hits are refused anyway), a block goes to the pool, never into the cache. The
   // record is asked first all the same: a block it holds as cached (a second free) or at
-  // another class is refused there as here, before the driver is asked anything.
+  // another class is refused there as here, before the driver is asked anything. Whether the
+  // stream captures is asked after the put's record (mark_stream), which a capture begun at any
+  // moment before it cannot escape; the put is then refused.
   stream_key key{};
-  bool const into_cache = !pool_.closed() && !in_capture(stream) && key_for(stream, key);
+  bool const into_cache = !pool_.closed() && key_for(stream, key);
+  if (auto const hook = testing_put_hook.load(std::memory_order_relaxed); hook && into_cache) {
+    hook(stream);
+  }
   put_result const put =
     into_cache ? cache_.put(key, ptr, bytes, stream) : cache_.unrecord(ptr, bytes);
   // A block the record let go of is the pool's only once the driver takes its free.
   auto const to_pool = [&] {
-    auto const result = free_to_pool(ptr, stream);
+    auto const result = free_to_pool(pool_, ptr, stream);
     if (!result.ok()) {
       if (put.status == put_status::graph) {
         cache_.record_graph(ptr);
@@ -538,7 +584,7 @@ free_result stream_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t
     case put_status::wrong_size: return {free_status::wrong_size, cudaSuccess, put.recorded_bytes};
     case put_status::already_cached:
       return {free_status::already_free, cudaSuccess, put.recorded_bytes};
-    case put_status::graph: return into_cache ? free_to_pool(ptr, stream) : to_pool();
+    case put_status::graph: return into_cache ? free_to_pool(pool_, ptr, stream) : to_pool();
     case put_status::uncacheable:
     case put_status::not_recorded: break;
   }
@@ -550,7 +596,12 @@ free_result stream_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t
   if (auto const owner = pool_of_pointer(ptr); owner && *owner != nullptr && *owner != made_for_) {
     return {free_status::not_this_resource, cudaSuccess, 0};
   }
-  return free_to_pool(ptr, stream);
+  return free_to_pool(pool_, ptr, stream);
 }
 
 }  // namespace asyncmr::detail
+
+void asyncmr::testing::set_put_hook(void (*hook)(cudaStream_t) noexcept) noexcept
+{
+  detail::testing_put_hook.store(hook, std::memory_order_relaxed);
+}

@@ -801,16 +801,6 @@ def test_no_issue_numbers_in_the_sources():
     assert not offenders, "\n".join(offenders)
 
 
-def test_no_library_source_file_is_over_600_lines():
-    """Each file small enough to read in one sitting (split by concern, as the layout says)."""
-    sources = [p for p in LIBRARY_SOURCES if p.suffix in {".hpp", ".cpp", ".py", ".pyx", ".pxd",
-                                                          ".pyi", ".pxi", ".cu"}]
-    long = {str(p.relative_to(ROOT)): n for p in sources
-            if (n := len(p.read_text().splitlines())) > 600}
-    assert len(sources) > 40
-    assert not long, long
-
-
 def test_import_pointer_takes_the_64_bytes_from_any_buffer():
     # A strided view of the 64 bytes is as good as bytes: it passes the data check and reaches
     # the pool (here an empty MemPool, refused by name), where memoryview's cast refused it.

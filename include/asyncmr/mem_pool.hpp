@@ -136,11 +136,12 @@ class mem_pool {
   [[nodiscard]] void* allocate_async(std::size_t bytes, cudaStream_t stream) const;
 
   /**
-   * @brief Frees `ptr` in stream order on `stream` (`cudaFreeAsync`). Never throws: returns the
-   * CUDA error (a double free, or a pointer no pool handed out, is `cudaErrorInvalidValue`),
-   * after clearing it from the runtime's last-error slot.
+   * @brief Frees `ptr`, a block of this pool, in stream order on `stream` (`cudaFreeAsync`), also
+   * after `close()`: a closed pool is destroyed only once no such call is under way. Never
+   * throws: returns the CUDA error (a double free, or a pointer no pool handed out, is
+   * `cudaErrorInvalidValue`), after clearing it from the runtime's last-error slot.
    */
-  [[nodiscard]] static cudaError_t deallocate_async(void* ptr, cudaStream_t stream) noexcept;
+  [[nodiscard]] cudaError_t deallocate_async(void* ptr, cudaStream_t stream) const noexcept;
 
   // ---- IPC (src/ipc.cpp) ------------------------------------------------------------------------
 
@@ -331,6 +332,12 @@ namespace testing {
  * tests that close a pool in that window. Not for production: it runs inside every such call.
  */
 void set_pool_use_hook(void (*hook)() noexcept) noexcept;
+/**
+ * @brief Calls `hook` with the stream each time a resource's front cache is about to take a
+ * block freed on that stream (before it records the stream's order); nullptr removes it. For
+ * tests that begin a capture on the stream in that window.
+ */
+void set_put_hook(void (*hook)(cudaStream_t stream) noexcept) noexcept;
 }  // namespace testing
 
 }  // namespace asyncmr

@@ -15,6 +15,7 @@
 #include <asyncmr/mem_pool.hpp>
 
 #include "device_sync.hpp"
+#include "pool_state.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -77,7 +78,8 @@ class stream_cache final : public std::enable_shared_from_this<stream_cache> {
   [[nodiscard]] std::size_t cap() const noexcept { return cache_.cap(); }
   /// Bytes charged against the cap now (cached, parked, and the streams' credit): one load.
   [[nodiscard]] std::size_t charged_bytes() const noexcept { return cache_.charged_bytes(); }
-  [[nodiscard]] cudaMemPool_t pool_handle() const noexcept { return pool_.handle_or_null(); }
+  /// The pool's driver handle when the cache was made: still its pool's after a close.
+  [[nodiscard]] cudaMemPool_t made_for() const noexcept { return made_for_; }
 
  private:
   /// Parks the cached blocks (every one, or the stale streams') and queues their frees on the
@@ -107,9 +109,10 @@ struct caches_given_back {
 };
 
 /**
- * Gives the memory every live cache on `pool` holds back to it (`stream_cache::release`); for an
- * allocation from `pool` that ran out of memory, which is worth trying again whenever a release
- * waited (`caches` != 0). `except` is skipped (already asked).
+ * Gives the memory every live cache made for `pool` holds back to it (`stream_cache::release`);
+ * for an allocation from `pool` that ran out of memory, which is worth trying again whenever a
+ * release waited (`caches` != 0), and for a pool that is being closed. `except` is skipped
+ * (already asked).
  */
 [[nodiscard]] caches_given_back release_caches_of(cudaMemPool_t pool, stream_cache const* except) noexcept;
 
@@ -122,8 +125,8 @@ struct caches_given_back {
                                                 std::size_t bytes,
                                                 cudaStream_t stream);
 
-/// `cudaFreeAsync(ptr, stream)` as a `free_result` (a refusal is `driver_refused`).
-[[nodiscard]] free_result free_to_pool(void* ptr, cudaStream_t stream) noexcept;
+/// `pool.deallocate_async(ptr, stream)` as a `free_result` (a refusal is `driver_refused`).
+[[nodiscard]] free_result free_to_pool(mem_pool const& pool, void* ptr, cudaStream_t stream) noexcept;
 
 /// Asks the background reclaimer to run `cache.reclaim_stale()` soon (at most one pending
 /// request per cache). Never throws; a request that cannot be queued is dropped.

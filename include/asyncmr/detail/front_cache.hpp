@@ -154,11 +154,20 @@ struct put_result {
  * under the lock of the bucket concerned and must not throw or call back into the cache;
  * `context` is passed to each. Null functions: no markers (for tests without a GPU).
  */
+/// @brief What `stream_markers::mark` made of a stream's order.
+enum class mark_result {
+  marked,      ///< the marker holds the stream's order now
+  unmarkable,  ///< no marker could be set: the put is refused (counted `refused_unmarked`)
+  capturing,   ///< the stream captures: its free belongs to the graph, never to the cache
+};
+
 struct stream_markers {
   void* context{nullptr};
   /// Before a block freed on `stream` (the handle `put` was given) enters the bucket: sets
-  /// `marker` there, making it on first use (or remaking it). False refuses the put.
-  bool (*mark)(void* context, void*& marker, void* stream) noexcept = nullptr;
+  /// `marker` there, making it on first use (or remaking it). The marker takes the new order
+  /// only once the stream is known not to capture; otherwise it keeps the order it had, and the
+  /// put is refused.
+  mark_result (*mark)(void* context, void*& marker, void* stream) noexcept = nullptr;
   /// As the bucket's blocks are parked: orders every free the owner makes later after
   /// `marker`. False leaves them cached.
   bool (*order)(void* context, void* marker) noexcept = nullptr;
@@ -335,14 +344,16 @@ class front_cache {
   /**
    * @brief Frees the blocks parked before the `begin_proof` that returned `proven`:
    * `f(stream_key, void* ptr, std::size_t class_bytes)` once per block, with no lock of the
-   * cache held; their record is dropped first and their charge returns to the budget. `f` must
-   * not throw. Returns how many blocks `f` received.
+   * cache held; their record is dropped first and their charge returns to the budget once `f`
+   * freed them. `f` must not throw; it returns void (always freed) or a bool: false says the
+   * free failed, and the block goes back to the cache, recorded and charged, parked for the
+   * next release (a block `drain_stream` could not free goes back among its stream's cached
+   * blocks). Returns how many blocks `f` received.
    */
   template <class F>
   std::size_t free_parked(std::uint64_t proven, F&& f) noexcept
   {
-    static_assert(std::is_nothrow_invocable_v<F&, stream_key, void*, std::size_t>,
-                  "free_parked's callback must be noexcept (a throw would lose blocks)");
+    static_assert(callback<F>, "free_parked's callback must be noexcept (a throw would lose blocks)");
     return free_parked_impl(false, proven, 0, &call<std::remove_reference_t<F>>, erase(f));
   }
   /**
@@ -353,8 +364,7 @@ class front_cache {
   template <class F>
   std::size_t drain_stream(stream_key stream, F&& f) noexcept
   {
-    static_assert(std::is_nothrow_invocable_v<F&, stream_key, void*, std::size_t>,
-                  "drain_stream's callback must be noexcept");
+    static_assert(callback<F>, "drain_stream's callback must be noexcept");
     return free_parked_impl(true, 0, stream, &call<std::remove_reference_t<F>>, erase(f));
   }
 
@@ -372,8 +382,7 @@ class front_cache {
   template <class F>
   std::size_t release(F&& f) noexcept
   {
-    static_assert(std::is_nothrow_invocable_v<F&, stream_key, void*, std::size_t>,
-                  "release's callback must be noexcept");
+    static_assert(callback<F>, "release's callback must be noexcept");
     return release_impl(false, &call<std::remove_reference_t<F>>, erase(f));
   }
   /**
@@ -383,8 +392,7 @@ class front_cache {
   template <class F>
   std::size_t reclaim_stale(F&& f) noexcept
   {
-    static_assert(std::is_nothrow_invocable_v<F&, stream_key, void*, std::size_t>,
-                  "reclaim_stale's callback must be noexcept");
+    static_assert(callback<F>, "reclaim_stale's callback must be noexcept");
     return release_impl(true, &call<std::remove_reference_t<F>>, erase(f));
   }
 
@@ -441,12 +449,25 @@ class front_cache {
 
  private:
   struct bucket;
-  using drain_fn = void (*)(void* ctx, stream_key, void*, std::size_t) noexcept;
+  using drain_fn = bool (*)(void* ctx, stream_key, void*, std::size_t) noexcept;
+
+  // A callback of the way out: noexcept, returning void (the free always works) or a bool.
+  template <class F>
+  static constexpr bool callback =
+    std::is_nothrow_invocable_r_v<bool, F&, stream_key, void*, std::size_t> ||
+    (std::is_nothrow_invocable_v<F&, stream_key, void*, std::size_t> &&
+     std::is_void_v<std::invoke_result_t<F&, stream_key, void*, std::size_t>>);
 
   template <class F>
-  static void call(void* ctx, stream_key k, void* p, std::size_t n) noexcept
+  static bool call(void* ctx, stream_key k, void* p, std::size_t n) noexcept
   {
-    (*static_cast<F*>(ctx))(k, p, n);  // F keeps the callback's constness
+    auto& f = *static_cast<F*>(ctx);  // F keeps the callback's constness
+    if constexpr (std::is_void_v<std::invoke_result_t<F&, stream_key, void*, std::size_t>>) {
+      f(k, p, n);
+      return true;
+    } else {
+      return static_cast<bool>(f(k, p, n));
+    }
   }
   template <class F>
   static void* erase(F& f) noexcept
@@ -468,8 +489,9 @@ class front_cache {
     std::uint64_t value;
   };
   [[nodiscard]] record_view find_record(void const* ptr) const noexcept;
-  [[nodiscard]] bool claim_slot(std::uint64_t address, std::uint64_t value,
-                                bool over_notes) noexcept;
+  /// Claims a slot of the record for `value` (near `address`'s home); nullptr when none is free.
+  [[nodiscard]] std::atomic<std::uint64_t>* claim_slot(std::uint64_t address, std::uint64_t value,
+                                                       bool over_notes) noexcept;
 
   bucket* find(stream_key stream) noexcept;
   bucket* find_slow(stream_key stream) noexcept;
