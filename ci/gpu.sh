@@ -13,7 +13,7 @@
 #             it and run (allocates through rmm::device_async_resource_ref from each resource)
 #   pytest    the whole Python suite (PYTEST_PATHS: some test files or node ids instead)
 #   demo      python -m asyncmr demo, recording the owned pool's history into OUTDIR
-#             (demo-history.pickle, demo-timeline.png: the README's timeline picture)
+#             (demo-history.json, demo-timeline.png: the README's timeline picture)
 #   bench     the benchmark into OUTDIR/bench (quick unless BENCH_ARGS is set; needs cpp)
 #   memcheck  compute-sanitizer memcheck over the Python suite (MEMCHECK_SHARD=K/N: the K-th of N
 #             shares of its test files, for hosts that limit one command's time: on the H200 the

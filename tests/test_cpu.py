@@ -746,6 +746,22 @@ def test_demo_refuses_an_option_given_twice_naming_it(twice, named, values, caps
             in capsys.readouterr().err)
 
 
+def test_the_demo_writes_its_history_as_json_and_its_timeline(tmp_path, capsys):
+    # The files `demo --history DIR` writes after its GPU run, from the committed recording.
+    pytest.importorskip("matplotlib", reason="the timeline needs matplotlib")
+    from asyncmr.__main__ import _write_history
+    from asyncmr.history import load
+
+    recorded = load(Path(__file__).resolve().parent.parent / "docs" / "images" /
+                    "demo-history.json")
+    _write_history(recorded, tmp_path / "out")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["demo-history.json",
+                                                                    "demo-timeline.png"]
+    assert load(tmp_path / "out" / "demo-history.json").events == recorded.events
+    assert (tmp_path / "out" / "demo-timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "export_torch_snapshot" in capsys.readouterr().out
+
+
 def test_the_installed_distribution_carries_the_license():
     import importlib.metadata as md
 

@@ -337,9 +337,10 @@ def test_a_clusters_histories_are_gathered_into_one_file(cuda_cluster, tmp_path)
     (address, history), = h.histories.items()
     assert history.header["worker"] == address and len(history) > 0
     assert any(e["action"] in ("alloc", "cache_hit") for e in history.events)
-    path = tmp_path / "cluster.pickle"
+    path = tmp_path / "cluster.json.gz"
     h.save(path)
-    assert list(load_many(path)) == [address]
+    back = load_many(path)
+    assert list(back) == [address] and back[address].events == history.events
     with amd.record_history(client):  # the outer one stopped cleanly: a new one starts
         pass
 

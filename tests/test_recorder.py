@@ -497,16 +497,19 @@ def test_a_recorded_cupy_pipeline_opens_in_pytorchs_memory_viewer(gpu, tmp_path)
             y = (x * 2).sum()
             del x
             float(y)
-        path = tmp_path / "snapshot.pickle"
-        h.save(path)
-    assert len(load(path)) >= 4
-    snapshot = pickle.loads(path.read_bytes())
+        h.save(tmp_path / "history.json.gz")
+        h.export_torch_snapshot(tmp_path / "snapshot.pickle")
+    history = load(tmp_path / "history.json.gz")
+    assert len(history) >= 4
+    snapshot = pickle.loads((tmp_path / "snapshot.pickle").read_bytes())  # the file just written
+    assert snapshot == history.snapshot()
     assert "<html" in viz.trace_plot(snapshot).lower()
     assert "<html" in viz.segment_plot(snapshot).lower()
 
 
-def test_the_demo_records_its_owned_pool_and_writes_the_snapshot_and_timeline(gpu, tmp_path):
+def test_the_demo_records_its_owned_pool_and_writes_the_history_and_timeline(gpu, tmp_path):
     import importlib.util
+    import json
     import subprocess
     import sys
 
@@ -517,7 +520,9 @@ def test_the_demo_records_its_owned_pool_and_writes_the_snapshot_and_timeline(gp
                            "--history", str(tmp_path)], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    history = load(tmp_path / "demo-history.pickle")
+    with open(tmp_path / "demo-history.json") as f:
+        assert json.load(f)["format"] == "asyncmr-history"
+    history = load(tmp_path / "demo-history.json")
     actions = {e["action"] for e in history.events}
     assert {"alloc", "free", "grow", "trim"} <= actions, actions
     assert [p["name"] for p in history.header["phases"]] == ["load", "compute", "release"]

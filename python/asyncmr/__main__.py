@@ -147,14 +147,15 @@ def _demo(args) -> int:
 
 
 def _write_history(history, where: Path) -> None:
-    """The demo's recording as a PyTorch memory snapshot, and its timeline where matplotlib is."""
+    """The demo's recording as asyncmr's JSON history file (a few dozen events: uncompressed,
+    to read as it is), and its timeline where matplotlib is."""
     from asyncmr.history import plot
 
     where.mkdir(parents=True, exist_ok=True)
-    snapshot = where / "demo-history.pickle"
-    history.save(snapshot)
-    print(f"history: {len(history.events)} events of AsyncDeviceMR(pool='new') in {snapshot} "
-          "(open it at https://pytorch.org/memory_viz)")
+    saved = where / "demo-history.json"
+    history.save(saved)
+    print(f"history: {len(history.events)} events of AsyncDeviceMR(pool='new') in {saved} "
+          "(for PyTorch's memory viewer: asyncmr.history.load(path).export_torch_snapshot(out))")
     try:
         png = plot(history, where / "demo-timeline.png",
                    title="python -m asyncmr demo: AsyncDeviceMR(pool='new')")
@@ -205,8 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--elements", type=_elements, default=1 << 22, action=OnceAction)
     demo.add_argument("--history", metavar="DIR", type=_history_dir, default=None,
                       action=OnceAction,
-                      help="record the owned pool's run and write DIR/demo-history.pickle (a "
-                           "PyTorch memory snapshot) and DIR/demo-timeline.png")
+                      help="record the owned pool's run and write DIR/demo-history.json (its "
+                           "allocation history) and DIR/demo-timeline.png")
     sub.add_parser("bench", help="the benchmark, from a source checkout (GPU; "
                    "see benchmarks/README.md)", add_help=False)
     # info parses its own arguments (--json), like bench.

@@ -165,8 +165,12 @@ class HistoryRecorder:
         return dict(self.history().snapshot())
 
     def save(self, path: str | PathLike[str]) -> None:
-        """Writes the snapshot (``History.save``)."""
+        """Writes the history as asyncmr's JSON file (``History.save``)."""
         self.history().save(path)
+
+    def export_torch_snapshot(self, path: str | PathLike[str]) -> None:
+        """Writes the pickle PyTorch's memory viewer opens (``History.export_torch_snapshot``)."""
+        self.history().export_torch_snapshot(path)
 
     def outstanding(self) -> list[dict[str, Any]]:
         """What is live now, largest first (``History.outstanding``)."""

@@ -328,9 +328,9 @@ cdef class _PoolResource(DeviceMemoryResource):
         full, and counted); ``stacks="python"`` adds the Python stack of each allocation (off
         by default: it costs a stack walk per allocation). One recording at a time per
         resource (its copies share it). ``h.history()`` gives the
-        :class:`asyncmr.history.History` (also while recording), ``h.snapshot()`` and
-        ``h.save(path)`` the snapshot PyTorch's memory viewer opens, ``h.outstanding()`` what
-        is live. While it records, a MemoryError from :meth:`allocate` also names the largest
+        :class:`asyncmr.history.History` (also while recording), ``h.save(path)`` writes it as
+        asyncmr's JSON file, ``h.snapshot()`` and ``h.export_torch_snapshot(path)`` give the
+        snapshot PyTorch's memory viewer opens, ``h.outstanding()`` what is live. While it records, a MemoryError from :meth:`allocate` also names the largest
         outstanding allocations. See docs/HISTORY.md.
         """
         from asyncmr._recorder import HistoryRecorder

@@ -512,7 +512,8 @@ def trim_to(client, min_bytes_to_keep: int = 0, *, name: str = DEFAULT_NAME, wor
 class ClusterHistory:
     """``with record_history(client) as h: ...``; afterwards ``h.histories`` maps each worker's
     address to its :class:`asyncmr.history.History`, and ``h.save(path)`` writes them into one
-    file that ``python -m asyncmr plot`` draws one lane per worker. The recording is the
+    JSON file (gzip-compressed for a ``.gz`` name) that ``python -m asyncmr plot`` draws one
+    lane per worker. The recording is the
     workers' that started it: one that joins during it records nothing, one whose history could
     not be gathered (it left the cluster) is in ``h.failed`` with the error, and the others'
     histories are kept."""
@@ -546,7 +547,7 @@ class ClusterHistory:
         return False
 
     def save(self, path) -> None:
-        """One file with every worker's history (``asyncmr.history.save_many``)."""
+        """One JSON file with every worker's history (``asyncmr.history.save_many``)."""
         from asyncmr.history import save_many
 
         save_many(path, self.histories)

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Allocation history: what a resource's recorder saw, as data to query, save, open in PyTorch's
-memory viewer and plot.
+"""Allocation history: what a resource's recorder saw, as data to query, save (JSON), export to
+PyTorch's memory viewer and plot.
 
 A history is a header (the pool, its device, the ring's size, how many events it dropped, the
 phases) and a list of events: each allocation and free, front-cache hit and put, pool growth
@@ -21,21 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from asyncmr import _validate
-from asyncmr._pickle_files import (HISTORY_WHY, PICKLE_PROTOCOL, check_history_cost,
-                                   out_of_memory, read_plain_pickle, write_pickle)
+from asyncmr._history_files import (FORMAT, VERSION, document, many_document, out_of_memory,
+                                    read_document, write_document, write_torch_snapshot)
 
-__all__ = ["ACTIONS", "KINDS", "VERSION", "History", "gather", "load", "load_many", "main",
-           "plot", "save_many"]
+__all__ = ["ACTIONS", "FORMAT", "KINDS", "VERSION", "History", "gather", "load", "load_many",
+           "main", "plot", "save_many"]
 
-#: The header version this module reads and writes.
-VERSION = 1
 KINDS = ("pinned", "device", "managed")
 ACTIONS = ("alloc", "free", "cache_hit", "cache_put", "grow", "trim", "oom")
 STACKS = ("none", "python")
 _MAKES_LIVE = frozenset({"alloc", "cache_hit"})
 _ENDS_LIVE = frozenset({"free", "cache_put"})
 _EVENT_INTS = ("time_ns", "address", "bytes", "stream", "reserved", "used", "cached")
-_MANY_KEY = "asyncmr_histories"
 _UINT64_MAX = 2**64 - 1
 _MAX_DEVICE = 2**16 - 1  # the snapshot holds a trace list per device up to the pool's
 _Event = dict[str, Any]
@@ -267,30 +264,33 @@ class History:
         -------
         dict[str, Any]
             ``segments`` (the address ranges the history's blocks covered, live blocks as
-            "active_allocated" blocks, the rest "inactive"), ``device_traces`` (one list per
-            device index, this history's at ``header["device"]``, at 0 for a host pool) and
-            ``asyncmr`` (``{"header", "events"}``: the history itself, so a saved snapshot
-            reads back with :func:`load`). Pool growth and trims are not in the trace: PyTorch's
-            segment events name an address range, a driver pool reports only a size (see
-            docs/HISTORY.md).
+            "active_allocated" blocks, the rest "inactive") and ``device_traces`` (one list per
+            device index, this history's at ``header["device"]``, at 0 for a host pool). Pool
+            growth and trims are not in the trace: PyTorch's segment events name an address
+            range, a driver pool reports only a size (see docs/HISTORY.md).
         """
         device = self._header["device"]
         index = 0 if device is None else device
-        raw = self._raw()  # the trace shares its copies of the frames: pickled once
-        steps, live = _replay(raw["events"])
+        events = self._raw()["events"]  # the trace shares its copies of the frames
+        steps, live = _replay(events)
         traces: list[list[dict[str, Any]]] = [[] for _ in range(index + 1)]
         traces[index] = [entry for step in steps for entry in _trace_entries(*step)]
-        return {"segments": _segments(raw["events"], live, index, self._header["pool"]),
-                "device_traces": traces, "asyncmr": raw}
+        return {"segments": _segments(events, live, index, self._header["pool"]),
+                "device_traces": traces}
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Writes :meth:`snapshot` to ``path`` as a pickle (what PyTorch's viewer loads; pickle
-        protocol 4, the newest it reads). :func:`load` reads it back.
+        """Writes the history to ``path`` as asyncmr's JSON history file (docs/HISTORY.md),
+        gzip-compressed when the name ends in ``.gz``; :func:`load` reads it back. Raises
+        TypeError or ValueError, writing nothing, for a value JSON cannot write (a set, a NaN)
+        or a ``.pickle`` or ``.pkl`` name (:meth:`export_torch_snapshot` writes the viewer's
+        pickle). An existing file is replaced only once the new one is whole."""
+        write_document(path, document(self._raw()))
 
-        Raises TypeError, writing nothing, for a value :func:`load` would refuse (only plain
-        values are written: dict, list, tuple, str, bytes, int, float, bool, None; not an
-        IntEnum member or a NumPy scalar, in a key beyond the format's too)."""
-        write_pickle(path, self.snapshot())
+    def export_torch_snapshot(self, path: str | os.PathLike[str]) -> None:
+        """Writes :meth:`snapshot` to ``path`` as the pickle PyTorch's memory viewer opens
+        (protocol 4, the newest it reads). asyncmr does not read this file back: keep the
+        history itself with :meth:`save`."""
+        write_torch_snapshot(path, self.snapshot())
 
     def _raw(self) -> dict[str, Any]:
         return {"header": self.header,
@@ -414,49 +414,49 @@ def _segments(events: Sequence[_Event], live: dict[int, _Event], device: int,
 
 # ---- files ---------------------------------------------------------------------------------------
 
-def _from_raw(where: str, raw: object) -> History:
-    r = _typed(where, raw, Mapping, "a dict")
-    return History(_get(where, r, "header"), _get(where, r, "events"))
+def _from_raw(raw: object, version: int) -> History:
+    r = _typed("a history", raw, Mapping, "an object")
+    header = _typed("header", _get("a history", r, "header"), Mapping, "an object")
+    return History({"version": version, **header}, _get("a history", r, "events"))
 
 
 def _read(path: str | os.PathLike[str]) -> History | dict[str, History]:
     """The history in a file from History.save, or the histories in one from save_many."""
-    data, budget = read_plain_pickle(path, what="a history file", why=HISTORY_WHY)
+    doc = read_document(path)
+    name, where = os.fspath(path), ""
+    one, many = "header" in doc or "events" in doc, "histories" in doc
+    if one == many:
+        both, also = ("both", "and") if one else ("neither", "nor")
+        raise ValueError(f"asyncmr: {name} is not a history file: it has {both} \"header\"/"
+                         f"\"events\" (one history) {also} \"histories\" (many)")
     try:
-        if isinstance(data, dict) and "asyncmr" in data:
-            check_history_cost("its 'asyncmr'", data["asyncmr"], budget)
-            return _from_raw("its 'asyncmr'", data["asyncmr"])
-        if isinstance(data, dict) and _MANY_KEY in data:
-            many = _typed(f"its {_MANY_KEY!r}", data[_MANY_KEY], Mapping, "a dict")
-            out = {}
-            for name, raw in many.items():
-                budget = check_history_cost(f"its {_MANY_KEY!r}[{name!r}]", raw, budget)
-                h = _from_raw(f"its {_MANY_KEY!r}[{name!r}]", raw)
-                if h.header["worker"] != name:
-                    raise ValueError(f"asyncmr: the history under {name!r} names worker "
-                                     f"{h.header['worker']!r}")
-                out[_str("a worker name", name)] = h
-            return out
-    except (TypeError, ValueError, RecursionError) as e:
-        raise ValueError(f"asyncmr: {os.fspath(path)} holds a malformed history: "
-                         f"{str(e).removeprefix('asyncmr: ')}") from None
-    except MemoryError:  # the checks copy every event: more than the unpickling took
-        raise out_of_memory("checking", path, os.path.getsize(path), "a history file") from None
-    if isinstance(data, dict) and "segments" in data:
-        what = "a PyTorch memory snapshot without asyncmr's history (no 'asyncmr' key)"
-    else:
-        what = f"a pickled {type(data).__name__}, not an asyncmr history (no 'asyncmr' key)"
-    raise ValueError(f"asyncmr: {os.fspath(path)} is {what}")
+        if not many:
+            return _from_raw(doc, doc["version"])
+        out = {}
+        for worker, raw in _typed("'histories'", doc["histories"], Mapping, "an object").items():
+            where = f"histories[{worker!r}]: "
+            h = _from_raw(raw, doc["version"])
+            if h.header["worker"] != worker:
+                raise ValueError(f"asyncmr: its header names worker {h.header['worker']!r}")
+            out[worker] = h
+        return out
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"asyncmr: {name} holds a malformed history: "
+                         f"{where}{str(e).removeprefix('asyncmr: ')}") from None
+    except MemoryError:  # the checks copy every event: more than parsing took
+        raise out_of_memory("checking", name, os.path.getsize(name)) from None
 
 
 def load(path: str | os.PathLike[str]) -> History:
-    """Reads a history written by :meth:`History.save` (its ``asyncmr`` key).
+    """Reads a history written by :meth:`History.save` (JSON, gzip-compressed or not).
 
     Raises
     ------
     ValueError
-        The file is not a pickle, holds no asyncmr history, a malformed one, or several (read
-        those with :func:`load_many`); the message names the file. OSError: it cannot be read.
+        The file is not an asyncmr history file (not JSON, a pickle, another format or version),
+        holds a malformed history, or several (read those with :func:`load_many`); the message
+        names the file and what is wrong. OSError: it cannot be read. MemoryError: it is too
+        large for the memory left (the message names the file, its size and the step).
     """
     data = _read(path)
     if not isinstance(data, History):
@@ -466,8 +466,9 @@ def load(path: str | os.PathLike[str]) -> History:
 
 
 def gather(histories: Mapping[str, History]) -> dict[str, Any]:
-    """The file content :func:`save_many` writes: ``{"asyncmr_histories": {worker: {"header",
-    "events"}}}``, each header's ``worker`` set to its key.
+    """The document :func:`save_many` writes: ``{"format": "asyncmr-history", "version": 1,
+    "units": {...}, "histories": {worker: {"header", "events"}}}``, each header's ``worker``
+    set to its key (a header in a file has no ``version``: the document's is its).
 
     Parameters
     ----------
@@ -492,17 +493,17 @@ def gather(histories: Mapping[str, History]) -> dict[str, Any]:
             raise ValueError(f"asyncmr: histories[{name!r}] holds the history of worker {worker!r}")
         raw["header"]["worker"] = name
         out[name] = raw
-    return {_MANY_KEY: out}
+    return many_document(out)
 
 
 def save_many(path: str | os.PathLike[str], histories: Mapping[str, History]) -> None:
-    """Writes :func:`gather` of ``histories`` to ``path`` (a pickle, protocol 4).
+    """Writes :func:`gather` of ``histories`` to ``path`` as JSON, gzip-compressed when the name
+    ends in ``.gz``; raises as :meth:`History.save` does, writing nothing.
 
-    PyTorch's viewer does not open this file (its snapshot has one trace per device, not per
-    worker); ``load_many(path)[worker].save(p)`` writes one worker's snapshot that it opens.
-    Raises TypeError, writing nothing, for a value that is not plain (as :meth:`History.save`).
+    PyTorch's viewer opens one history's snapshot (one trace per device, not per worker):
+    ``load_many(path)[worker].export_torch_snapshot(p)`` writes one worker's.
     """
-    write_pickle(path, gather(histories))
+    write_document(path, gather(histories))
 
 
 def load_many(path: str | os.PathLike[str]) -> dict[str, History]:
@@ -511,9 +512,8 @@ def load_many(path: str | os.PathLike[str]) -> dict[str, History]:
     Raises
     ------
     ValueError
-        The file is not a pickle, holds no asyncmr histories, a malformed one, or one history
-        (from :meth:`History.save`: read it with :func:`load`); the message names the file.
-        OSError: it cannot be read.
+        As :func:`load` does, and for a file of one history (from :meth:`History.save`: read it
+        with :func:`load`). OSError, MemoryError: as :func:`load`.
     """
     data = _read(path)
     if isinstance(data, History):
