@@ -273,7 +273,7 @@ def test_a_section_that_raises_makes_the_run_fail_and_keeps_the_others(tmp_path)
     registry = {1: _section(1, lambda cfg, ctx: {"sizes": [], "results": {}}),
                 2: _section(2, _boom), 10: _section(10, _skip)}
     doc, status = execute(cfg, None, registry, meta={})
-    assert status == 3
+    assert status == 1  # a failure: asyncmr._cli.EXIT_FAILURE
     written = json.loads((tmp_path / "results.json").read_text())
     assert written["failed_sections"] == [2]
     assert "RuntimeError: boom" in written["sections"][SECTION_KEYS[2]]["error"]
@@ -327,7 +327,7 @@ def test_bench_help_from_the_checkout():
 def test_bench_outside_a_checkout_says_how_to_run_it(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "ASYNCMR_BENCHMARKS"}
     out = run_module("bench", "--quick", cwd=tmp_path, env=env)
-    assert out.returncode == 1
+    assert out.returncode == 4  # a missing package: asyncmr._cli.EXIT_MISSING
     assert "not part of the installed asyncmr package" in out.stderr
     assert "python -m asyncmr bench" in out.stderr and "ASYNCMR_BENCHMARKS" in out.stderr
     env["ASYNCMR_BENCHMARKS"] = str(BENCHMARKS)
@@ -343,7 +343,7 @@ def test_the_package_carries_no_benchmark(tmp_path):
 
 def test_bench_without_a_gpu_fails_cleanly(no_gpu, tmp_path):
     out = run_module("bench", "--quick", "--out", str(tmp_path / "out"), cwd=ROOT)
-    assert out.returncode == 1
+    assert out.returncode == 3  # no usable GPU: asyncmr._cli.EXIT_NO_GPU
     assert "no usable CUDA GPU, nothing measured" in out.stderr
     assert "Traceback" not in out.stderr
     assert not (tmp_path / "out").exists()
