@@ -867,7 +867,7 @@ def test_the_installed_distribution_carries_the_license():
     assert "Apache License" in licenses[0].read_text()
 
 
-# ---- the house: stubs, the README's code, the sources --------------------------------------------
+# ---- the house: stubs, the README's code, the docs, the sources -------------------------------------
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -889,8 +889,54 @@ def test_the_stubs_match_the_built_module():
 
 
 def test_the_readmes_python_blocks_type_check():
-    proc = _ci_script("check_readme_types.py")
+    proc = _ci_script("check_readme_types.py")  # README.md and the docs' pages
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert "pages: ok" in proc.stdout, proc.stdout
+
+
+README = ROOT / "README.md"
+DOC_PAGES = [README, ROOT / "CHANGELOG.md", ROOT / "benchmarks" / "README.md"] + sorted(
+    p for p in (ROOT / "docs").rglob("*.md") if "_generated" not in p.parts)
+FIGURES_BLOCK = re.compile(r"<!-- figures:(?P<name>[a-z0-9-]+) -->.*?<!-- /figures:(?P=name) -->",
+                           re.S)
+
+
+def test_the_readme_is_read_in_five_minutes():
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 250, len(lines)
+    first_example = next(i for i, line in enumerate(lines, 1) if line == "```python")
+    assert first_example <= 60, first_example
+    # .ci/run runs the line after "# tests:"; the demo's line comes first.
+    assert [i for i, line in enumerate(lines) if line.startswith("# main:")] == [
+        i - 2 for i, line in enumerate(lines) if line.startswith("# tests:")]
+
+
+def test_the_pages_carry_no_dates_and_the_readme_no_gpu_model():
+    # Dates, hosts and run history live in git and in the results files; the pages rendered from
+    # those (the README's figures blocks, the docs' generated benchmark pages) may carry them.
+    date = re.compile(r"20[0-9]{2}-[0-9]{2}-[0-9]{2}")
+    dated = [f"{p.relative_to(ROOT)}:{i}" for p in DOC_PAGES
+             for i, line in enumerate(FIGURES_BLOCK.sub("", p.read_text()).splitlines(), 1)
+             if date.search(line)]
+    assert not dated, dated
+    gpu = re.compile(r"\b(H100|H200|GH200|A100|B200|V100|L40S?|RTX ?\d+)\b")
+    outside = FIGURES_BLOCK.sub("", README.read_text())
+    assert not gpu.search(outside), gpu.search(outside)
+
+
+def test_the_readmes_links_into_the_tree_resolve():
+    links = re.findall(r"\]\((?!https?://|#)([^)#]+)", README.read_text())
+    assert len(links) > 10
+    missing = [link for link in links if not (ROOT / link).exists()]
+    assert not missing, missing
+
+
+def test_the_cli_page_states_the_exit_statuses_of_the_code():
+    from asyncmr._cli import EXIT_STATUSES
+
+    text = (ROOT / "docs" / "cli.md").read_text()
+    for code, what in EXIT_STATUSES:
+        assert f"| {code} | {what} |" in text, (code, what)
 
 
 LIBRARY_SOURCES = [p for d in ("include", "src", "python/asyncmr", "cmake", "ci")
