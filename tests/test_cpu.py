@@ -867,6 +867,36 @@ def test_the_installed_distribution_carries_the_license():
     assert "Apache License" in licenses[0].read_text()
 
 
+def _installed_metadata():
+    import importlib.metadata as md
+
+    name = next(d.metadata["Name"] for d in md.distributions()
+                if (d.metadata["Name"] or "").startswith("asyncmr"))
+    return md.metadata(name)
+
+
+def test_the_package_metadata_links_and_classifies_the_project():
+    meta = _installed_metadata()
+    urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL") or [])
+    assert {"Homepage", "Documentation", "Source", "Issues", "Changelog"} <= set(urls), urls
+    assert all(u.startswith("https://") for u in urls.values()), urls
+    classifiers = meta.get_all("Classifier") or []
+    assert "Environment :: GPU :: NVIDIA CUDA" in classifiers, classifiers
+    assert "Programming Language :: Python :: 3.11" in classifiers, classifiers
+    assert not [c for c in classifiers if c.startswith("License ::")], "PEP 639: the expression"
+
+
+def test_the_long_description_is_the_readmes_first_part_with_absolute_links():
+    meta = _installed_metadata()
+    body = meta.get_payload() or meta["Description"] or ""
+    assert meta["Description-Content-Type"] == "text/markdown"
+    assert body.startswith("# asyncmr"), body[:200]
+    assert 20 < len(body.splitlines()) < 120, len(body.splitlines())
+    assert "end of the package description" not in body
+    relative = re.findall(r"\]\((?!https?://|#)([^)]+)\)", body)
+    assert not relative, relative
+
+
 # ---- the house: stubs, the README's code, the docs, the sources -------------------------------------
 
 ROOT = Path(__file__).resolve().parent.parent
