@@ -26,8 +26,9 @@ from asyncmr_bench.common import APR, SECTION_KEYS, floor_of  # noqa: E402
 from asyncmr_bench.sections import Section  # noqa: E402
 
 MiB = 1 << 20
-FULL_RUN = RESULTS / "cu13" / "results.json"  # the committed full run (13 of 17 targets met)
-QUICK_RUN = RESULTS / "cu13" / "quick-x2" / "results.json"  # 16 of 17
+# Two runs of sections 1-6 kept as fixtures of the target policy (git has their history).
+FULL_RUN = ROOT / "tests" / "data" / "bench-sections-1-6-full.json"  # 13 of 17 targets met
+QUICK_RUN = ROOT / "tests" / "data" / "bench-sections-1-6-quick.json"  # 16 of 17
 
 
 def config(*args):
@@ -113,7 +114,8 @@ def test_floor_library_is_found_next_to_the_floor_program(tmp_path):
 # ---- targets: recomputed from the raw numbers --------------------------------------------------
 
 
-@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: str(p.relative_to(RESULTS)))
+@pytest.mark.parametrize("path", COMMITTED + [FULL_RUN, QUICK_RUN], ids=lambda p: p.name
+                         if p.parent.name == "data" else str(p.relative_to(RESULTS)))
 def test_recomputed_targets_agree_with_the_committed_runs(path):
     """On the committed results, recomputing every target from the raw numbers gives the flags
     those runs stored (each was computed at run time by the code before the move)."""
@@ -221,7 +223,8 @@ def test_check_targets_reads_every_committed_run():
     out = check_targets()
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("targets met: ") == len(COMMITTED) >= 2
-    assert "targets met: 13 of 17" in out.stdout
+    out = check_targets(str(FULL_RUN))
+    assert out.returncode == 0 and "targets met: 13 of 17" in out.stdout, out.stdout
 
 
 def test_check_targets_strict_fails_on_a_miss_and_passes_when_all_are_met(tmp_path):
@@ -273,7 +276,7 @@ def test_a_section_that_raises_makes_the_run_fail_and_keeps_the_others(tmp_path)
     registry = {1: _section(1, lambda cfg, ctx: {"sizes": [], "results": {}}),
                 2: _section(2, _boom), 10: _section(10, _skip)}
     doc, status = execute(cfg, None, registry, meta={})
-    assert status == 3
+    assert status == 1  # a failure: asyncmr._cli.EXIT_FAILURE
     written = json.loads((tmp_path / "results.json").read_text())
     assert written["failed_sections"] == [2]
     assert "RuntimeError: boom" in written["sections"][SECTION_KEYS[2]]["error"]
@@ -327,7 +330,7 @@ def test_bench_help_from_the_checkout():
 def test_bench_outside_a_checkout_says_how_to_run_it(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "ASYNCMR_BENCHMARKS"}
     out = run_module("bench", "--quick", cwd=tmp_path, env=env)
-    assert out.returncode == 1
+    assert out.returncode == 4  # a missing package: asyncmr._cli.EXIT_MISSING
     assert "not part of the installed asyncmr package" in out.stderr
     assert "python -m asyncmr bench" in out.stderr and "ASYNCMR_BENCHMARKS" in out.stderr
     env["ASYNCMR_BENCHMARKS"] = str(BENCHMARKS)
@@ -343,7 +346,7 @@ def test_the_package_carries_no_benchmark(tmp_path):
 
 def test_bench_without_a_gpu_fails_cleanly(no_gpu, tmp_path):
     out = run_module("bench", "--quick", "--out", str(tmp_path / "out"), cwd=ROOT)
-    assert out.returncode == 1
+    assert out.returncode == 3  # no usable GPU: asyncmr._cli.EXIT_NO_GPU
     assert "no usable CUDA GPU, nothing measured" in out.stderr
     assert "Traceback" not in out.stderr
     assert not (tmp_path / "out").exists()
@@ -745,6 +748,18 @@ def test_every_readme_figure_is_rendered_from_the_committed_results():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_the_tree_keeps_only_runs_that_hold_the_newest_figures_of_a_section():
+    # Per (build, GPU), each section's figures come from its newest run; a run no section's
+    # figures come from any more is git's to keep, not the tree's.
+    from asyncmr_bench import committed
+
+    assert COMMITTED == sorted(RESULTS.glob("*/*/results.json")), "results/<build>/<run>/ only"
+    assert {r.build for r in committed.runs()} <= {"cu12", "cu13"}
+    assert committed.superseded() == [], [str(r.path) for r in committed.superseded()]
+    newest = committed.newest("cu13", 1)
+    assert newest is not None and newest.measured(1) and "UTC" in newest.describe()
+
+
 def test_a_figure_typed_into_the_readme_fails_the_check(tmp_path):
     readme = tmp_path / "README.md"
     text = (ROOT / "README.md").read_text()
@@ -753,7 +768,7 @@ def test_a_figure_typed_into_the_readme_fails_the_check(tmp_path):
                            "--readme", str(readme)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "'0.42 us'" in proc.stdout, proc.stdout
     # And a block edited by hand differs from the render.
-    readme.write_text(text.replace("| us |", "| us (edited) |", 1))
+    readme.write_text(text.replace("from Python, us |", "from Python, us (edited) |", 1))
     proc = subprocess.run([sys.executable, str(BENCHMARKS / "render_readme.py"), "--check",
                            "--readme", str(readme)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "differs from the committed results" in proc.stdout
@@ -764,7 +779,7 @@ def test_every_section_of_a_full_run_has_a_plot(tmp_path):
                         "(the [bench] extra); the rest of the benchmark runs without it")
     from asyncmr_bench.plots import write_plots
 
-    doc = load(QUICK_RUN)  # the committed run with all eleven sections
+    doc = load(QUICK_RUN)
     made = write_plots(doc, tmp_path)
     assert "error" not in made, made
     assert sorted(made) == sorted(doc["sections"]), made

@@ -2,7 +2,9 @@
 """What a machine without a GPU can check: import, class hierarchy, validation, messages."""
 
 import enum
+import os
 import re
+import sys
 from pathlib import Path
 from typing import NamedTuple
 
@@ -688,6 +690,113 @@ def test_demo_refuses_an_unknown_option():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc
     assert "unrecognized arguments: --elemnts 5" in proc.stderr
+    assert proc.stderr.startswith("usage: python -m asyncmr demo "), proc.stderr
+
+
+def _command_parsers():
+    """Every subcommand's own argparse parser, by name (bench's from the checkout)."""
+    from asyncmr import _cli, _info, cudf_pandas
+    from asyncmr.__main__ import COMMANDS, demo_parser
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from asyncmr_bench.__main__ import parser as bench_parser
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    parsers = {"demo": demo_parser(), "info": _info.parser(), "plot": _cli.plot_parser(),
+               "cudf-pandas": cudf_pandas.parser(), "bench": bench_parser()}
+    assert sorted(parsers) == sorted(COMMANDS)
+    return parsers
+
+
+# In-house words a user does not share: none of them in a command's help or messages.
+IN_HOUSE = re.compile(r"(?i)\b(doors?|stand-in|parks?|epoch|refused_unmarked|gpu host|"
+                      r"stacks stage)\b")
+
+
+def test_every_subcommand_describes_itself_and_every_option():
+    for name, parser in _command_parsers().items():
+        assert parser.prog == f"python -m asyncmr {name}", parser.prog
+        assert parser.description and len(parser.description) > 40, name
+        assert "exit status" in (parser.epilog or ""), name
+        for action in parser._actions:
+            assert action.help, f"{name}: {action.option_strings or action.dest} has no help"
+        text = parser.format_help()
+        assert not IN_HOUSE.search(text), (name, IN_HOUSE.search(text))
+
+
+@pytest.mark.parametrize("command", ["demo", "info", "plot", "cudf-pandas", "bench"])
+def test_help_of_each_subcommand_is_its_own(command):
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "asyncmr", command, "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"usage: python -m asyncmr {command} "), proc.stdout
+    assert "exit status" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("command", ["demo", "info", "plot", "cudf-pandas", "bench"])
+def test_an_unknown_option_prints_that_subcommands_usage(command, tmp_path):
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "asyncmr", command, "--bogus", "x"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc
+    assert f"usage: python -m asyncmr {command} " in proc.stderr, proc.stderr
+    assert "usage: python -m asyncmr [-h]" not in proc.stderr, proc.stderr
+    assert "--bogus" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_the_top_level_help_lists_the_commands_and_the_exit_statuses():
+    from asyncmr import _cli
+    from asyncmr.__main__ import COMMANDS, parser
+
+    text = parser().format_help()
+    for name in COMMANDS:
+        assert f"    {name}" in text, name
+    for code, _ in _cli.EXIT_STATUSES:
+        assert f"  {code}  " in text, code
+    codes = [code for code, _ in _cli.EXIT_STATUSES]
+    assert len(set(codes)) == len(codes) == 5
+
+
+@pytest.mark.parametrize("command", [["info"], ["info", "--json"], ["demo"], ["bench", "--quick"],
+                                     ["cudf-pandas", "SCRIPT"]])
+def test_without_a_usable_gpu_every_command_exits_3_in_one_line(command, tmp_path):
+    # Every device hidden from the child (CUDA_VISIBLE_DEVICES=""), so this runs on GPU hosts
+    # too; the same status for every command, and the program named once.
+    from asyncmr._cli import EXIT_NO_GPU
+    from gpu_helpers import describe, require_hidden_devices, run_python
+
+    require_hidden_devices()
+    script = tmp_path / "script.py"
+    script.write_text("print('the script ran')\n")
+    args = [str(script) if a == "SCRIPT" else a for a in command]
+    if command[0] == "bench":
+        args += ["--out", str(tmp_path / "out")]
+    proc = run_python(f"import os, sys; os.chdir({str(ROOT)!r}); from asyncmr.__main__ import "
+                      "main; sys.exit(main(sys.argv[1:]))", *args,
+                      env={"CUDA_VISIBLE_DEVICES": ""}, timeout=120)
+    assert proc.returncode == EXIT_NO_GPU, describe(proc)
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, describe(proc)
+    assert lines[0].startswith(f"asyncmr {command[0]}: no usable CUDA "), describe(proc)
+    assert lines[0].count("asyncmr:") == 0 and "Traceback" not in proc.stderr, describe(proc)
+    assert "the script ran" not in proc.stdout
+
+
+def test_a_missing_package_has_an_exit_status_of_its_own(tmp_path):
+    # The benchmark outside a checkout: not installed with the package.
+    import subprocess
+
+    from asyncmr._cli import EXIT_MISSING
+
+    env = {k: v for k, v in os.environ.items() if k != "ASYNCMR_BENCHMARKS"}
+    proc = subprocess.run([sys.executable, "-m", "asyncmr", "bench"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == EXIT_MISSING, proc
+    assert proc.stderr.startswith("asyncmr bench: the benchmark is not part of the installed")
 
 
 @pytest.mark.parametrize("value", ["-5", "0", "-0", "1.5", "x", "", "\u0663", " 7"])
@@ -774,7 +883,37 @@ def test_the_installed_distribution_carries_the_license():
     assert "Apache License" in licenses[0].read_text()
 
 
-# ---- the house: stubs, the README's code, the sources --------------------------------------------
+def _installed_metadata():
+    import importlib.metadata as md
+
+    name = next(d.metadata["Name"] for d in md.distributions()
+                if (d.metadata["Name"] or "").startswith("asyncmr"))
+    return md.metadata(name)
+
+
+def test_the_package_metadata_links_and_classifies_the_project():
+    meta = _installed_metadata()
+    urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL") or [])
+    assert {"Homepage", "Documentation", "Source", "Issues", "Changelog"} <= set(urls), urls
+    assert all(u.startswith("https://") for u in urls.values()), urls
+    classifiers = meta.get_all("Classifier") or []
+    assert "Environment :: GPU :: NVIDIA CUDA" in classifiers, classifiers
+    assert "Programming Language :: Python :: 3.11" in classifiers, classifiers
+    assert not [c for c in classifiers if c.startswith("License ::")], "PEP 639: the expression"
+
+
+def test_the_long_description_is_the_readmes_first_part_with_absolute_links():
+    meta = _installed_metadata()
+    body = meta.get_payload() or meta["Description"] or ""
+    assert meta["Description-Content-Type"] == "text/markdown"
+    assert body.startswith("# asyncmr"), body[:200]
+    assert 20 < len(body.splitlines()) < 120, len(body.splitlines())
+    assert "end of the package description" not in body
+    relative = re.findall(r"\]\((?!https?://|#)([^)]+)\)", body)
+    assert not relative, relative
+
+
+# ---- the house: stubs, the README's code, the docs, the sources -------------------------------------
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -796,8 +935,54 @@ def test_the_stubs_match_the_built_module():
 
 
 def test_the_readmes_python_blocks_type_check():
-    proc = _ci_script("check_readme_types.py")
+    proc = _ci_script("check_readme_types.py")  # README.md and the docs' pages
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert "pages: ok" in proc.stdout, proc.stdout
+
+
+README = ROOT / "README.md"
+DOC_PAGES = [README, ROOT / "CHANGELOG.md", ROOT / "benchmarks" / "README.md"] + sorted(
+    p for p in (ROOT / "docs").rglob("*.md") if "_generated" not in p.parts)
+FIGURES_BLOCK = re.compile(r"<!-- figures:(?P<name>[a-z0-9-]+) -->.*?<!-- /figures:(?P=name) -->",
+                           re.S)
+
+
+def test_the_readme_is_read_in_five_minutes():
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 250, len(lines)
+    first_example = next(i for i, line in enumerate(lines, 1) if line == "```python")
+    assert first_example <= 60, first_example
+    # .ci/run runs the line after "# tests:"; the demo's line comes first.
+    assert [i for i, line in enumerate(lines) if line.startswith("# main:")] == [
+        i - 2 for i, line in enumerate(lines) if line.startswith("# tests:")]
+
+
+def test_the_pages_carry_no_dates_and_the_readme_no_gpu_model():
+    # Dates, hosts and run history live in git and in the results files; the pages rendered from
+    # those (the README's figures blocks, the docs' generated benchmark pages) may carry them.
+    date = re.compile(r"20[0-9]{2}-[0-9]{2}-[0-9]{2}")
+    dated = [f"{p.relative_to(ROOT)}:{i}" for p in DOC_PAGES
+             for i, line in enumerate(FIGURES_BLOCK.sub("", p.read_text()).splitlines(), 1)
+             if date.search(line)]
+    assert not dated, dated
+    gpu = re.compile(r"\b(H100|H200|GH200|A100|B200|V100|L40S?|RTX ?\d+)\b")
+    outside = FIGURES_BLOCK.sub("", README.read_text())
+    assert not gpu.search(outside), gpu.search(outside)
+
+
+def test_the_readmes_links_into_the_tree_resolve():
+    links = re.findall(r"\]\((?!https?://|#)([^)#]+)", README.read_text())
+    assert len(links) > 10
+    missing = [link for link in links if not (ROOT / link).exists()]
+    assert not missing, missing
+
+
+def test_the_cli_page_states_the_exit_statuses_of_the_code():
+    from asyncmr._cli import EXIT_STATUSES
+
+    text = (ROOT / "docs" / "cli.md").read_text()
+    for code, what in EXIT_STATUSES:
+        assert f"| {code} | {what} |" in text, (code, what)
 
 
 LIBRARY_SOURCES = [p for d in ("include", "src", "python/asyncmr", "cmake", "ci")

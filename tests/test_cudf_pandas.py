@@ -186,7 +186,7 @@ def test_without_cudf_the_runner_says_what_to_install(gpu, capsys, tmp_path):
         not_applicable("cuDF is installed here")
     script = tmp_path / "script.py"
     script.write_text("raise SystemExit('the script ran without cuDF')\n")
-    assert door.main([str(script)]) == 2
+    assert door.main([str(script)]) == 4  # a missing package: _cli.EXIT_MISSING
     err = capsys.readouterr().err
     assert "needs cuDF" in err and "the script ran" not in err
 
@@ -219,9 +219,10 @@ def _one_line_error(proc, code, says):
 def test_without_a_usable_gpu_the_runner_says_so_in_one_line(tmp_path, options):
     # Runs on GPU hosts too: CUDA_VISIBLE_DEVICES="" hides every device from the child. The
     # device is looked for before cuDF (installing cuDF would not help), and its lack has an
-    # exit status of its own: 2 is a wrong option or a missing library, 1 the script's failure.
+    # exit status of its own (asyncmr._cli.EXIT_STATUSES: 2 a wrong option, 4 a missing
+    # library, 1 a failure).
     proc = _run_door_without_a_gpu(tmp_path, *options)
-    _one_line_error(proc, 3, "no usable CUDA device: asyncmr: ")
+    _one_line_error(proc, 3, "no usable CUDA device: no CUDA ")
 
 
 @pytest.mark.parametrize("options, says", [

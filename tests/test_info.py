@@ -14,7 +14,7 @@ RUN_INFO = "import sys; from asyncmr.__main__ import main; sys.exit(main(['info'
 
 
 def _no_device_checks(proc, args):
-    assert proc.returncode != 0, describe(proc)
+    assert proc.returncode == 3, describe(proc)  # no usable GPU: _cli.EXIT_NO_GPU
     assert "asyncmr info: no usable CUDA device" in proc.stderr, describe(proc)
     assert "Traceback" not in proc.stderr, describe(proc)
     if "--json" in args:

@@ -2,10 +2,11 @@
 """The benchmark's command line: ``python -m asyncmr bench [options]`` from a checkout, or
 ``python -m asyncmr_bench [options]`` with ``benchmarks/`` on ``sys.path``.
 
-Exit status: 0 when every section ran or skipped (whatever the targets say; check them with
-``benchmarks/check_targets.py --strict``), 1 when there is no usable CUDA GPU or asyncmr cannot
-be imported (nothing measured or written), 2 on bad options, 3 when a section raised (the
-results of the others are written, and the failed section's error and traceback with them).
+Exit status (the one of every ``python -m asyncmr`` command, ``asyncmr._cli.EXIT_STATUSES``): 0
+when every section ran or skipped (whatever the targets say; check them with
+``benchmarks/check_targets.py --strict``), 1 when a section raised (the results of the others
+are written, and the failed section's error and traceback with them), 2 on bad options, 3 when
+there is no usable CUDA GPU, 4 when asyncmr cannot be imported (nothing measured or written).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .common import KiB, MiB, GiB, SECTIONS, err_text, parse_size
 from .harness import Config, Context, collect_meta, run_sections, thread_sizes, write_json
 
 ALL = ",".join(str(n) for n in SECTIONS)
-EXIT_NO_GPU, EXIT_USAGE, EXIT_SECTION_FAILED = 1, 2, 3
+EXIT_SECTION_FAILED, EXIT_USAGE, EXIT_NO_GPU, EXIT_MISSING = 1, 2, 3, 4
 
 
 def parser(prog: str = "python -m asyncmr bench") -> argparse.ArgumentParser:
@@ -29,6 +30,9 @@ def parser(prog: str = "python -m asyncmr bench") -> argparse.ArgumentParser:
         description="Benchmark asyncmr's resources against RMM, cuda.core, CuPy and cuDF "
         "(needs a CUDA GPU). Sections: " + "; ".join(f"{n} {t}" for n, (_, t) in
                                                       SECTIONS.items()),
+        epilog="exit status: 0 every section ran or skipped (whatever the targets say); 1 a "
+        "section raised (the others' results are written); 2 bad arguments; 3 no usable CUDA "
+        "device or driver; 4 asyncmr is not installed",
     )
     p.add_argument("--sections", default=ALL,
                    help=f"comma list of sections to run (default: all, {ALL})")
@@ -44,7 +48,9 @@ def parser(prog: str = "python -m asyncmr bench") -> argparse.ArgumentParser:
     p.add_argument("--out", default="asyncmr-bench",
                    help="directory for results.json and the PNG plots (default ./asyncmr-bench)")
     p.add_argument("--floor-bin", default=None,
-                   help="the C++ pool_floor program (default: $ASYNCMR_FLOOR_BIN, else "
+                   help="the C++ program pool_floor, which times the driver's own "
+                   "allocation calls on the resources' pools (the floor each resource is held "
+                   "to) (default: $ASYNCMR_FLOOR_BIN, else "
                    "build/cpp/benchmarks/cpp/pool_floor under the working directory or the "
                    "checkout)")
     p.add_argument("--floor-lib", default=None,
@@ -167,11 +173,12 @@ def main(argv=None, prog: str = "python -m asyncmr bench") -> int:
         import asyncmr
     except Exception as e:  # noqa: BLE001
         print(f"asyncmr bench: cannot import asyncmr: {err_text(e)}", file=sys.stderr)
-        return EXIT_NO_GPU
+        return EXIT_MISSING
     try:
         asyncmr.device_count()
     except asyncmr.NoDeviceError as e:
-        print(f"asyncmr bench: no usable CUDA GPU, nothing measured.\n  {e}", file=sys.stderr)
+        print(f"asyncmr bench: no usable CUDA GPU, nothing measured: "
+              f"{str(e).removeprefix('asyncmr: ')}", file=sys.stderr)
         return EXIT_NO_GPU
 
     from .sections import REGISTRY

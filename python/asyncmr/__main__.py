@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """``python -m asyncmr demo``, ``info``, ``bench``, ``plot`` and ``cudf-pandas``.
 
-The benchmark is not part of this package: ``bench`` finds it in a source checkout
+Each subcommand parses its own arguments (``main`` dispatches on the first one), so a bad option
+prints that subcommand's usage; the exit statuses are ``asyncmr._cli.EXIT_STATUSES``. The
+benchmark is not part of this package: ``bench`` finds it in a source checkout
 (``benchmarks/asyncmr_bench``) and runs it, or says how to.
 """
 
@@ -12,9 +14,11 @@ import contextlib
 import math
 import os
 import sys
+import textwrap
 from pathlib import Path
 
-from asyncmr._cli import OnceAction
+from asyncmr._cli import (EXIT_FAILURE, EXIT_MISSING, EXIT_NO_GPU, EXIT_OK, EXIT_STATUSES,
+                          EXIT_USAGE, OnceAction, exit_statuses_epilog, reason)
 from asyncmr._validate import ascii_digits
 
 
@@ -65,13 +69,14 @@ def _demo(args) -> int:
     try:
         count = asyncmr.device_count()
     except asyncmr.NoDeviceError as e:
-        print(f"asyncmr demo: cannot run: {e}", file=sys.stderr)
-        return 1
+        print(f"asyncmr demo: no usable CUDA device: {reason(e)}", file=sys.stderr)
+        return EXIT_NO_GPU
     try:
         import cupy
     except ImportError:
-        print("asyncmr demo: needs CuPy (pip install 'asyncmr[demo]')", file=sys.stderr)
-        return 2
+        print("asyncmr demo: needs CuPy (pip install 'asyncmr-cu13[demo]', or "
+              "'asyncmr-cu12[demo]' for the CUDA 12 build)", file=sys.stderr)
+        return EXIT_MISSING
     import numpy as np
     import rmm
     from rmm.allocators.cupy import rmm_cupy_allocator
@@ -142,8 +147,8 @@ def _demo(args) -> int:
         except OSError as e:  # the directory could not be made, or a file written
             print(f"asyncmr demo: cannot write the history into {args.history}: "
                   f"{e.strerror or e}", file=sys.stderr)
-            return 1
-    return 1 if failed else 0
+            return EXIT_FAILURE
+    return EXIT_FAILURE if failed else EXIT_OK
 
 
 def _write_history(history, where: Path) -> None:
@@ -176,61 +181,105 @@ def _find_benchmarks() -> tuple[Path | None, list[Path]]:
     return None, places
 
 
+BENCH_NOT_FOUND = (
+    "The benchmark is not part of the installed asyncmr package: it lives in benchmarks/ of the "
+    "asyncmr source checkout (looked at: {looked}). Run it from the checkout's root:\n"
+    "    cd /path/to/asyncmr && python -m asyncmr bench --quick --out OUT\n"
+    "or set ASYNCMR_BENCHMARKS=/path/to/asyncmr/benchmarks, or run\n"
+    "    PYTHONPATH=/path/to/asyncmr/benchmarks python -m asyncmr_bench --help")
+
+
 def _bench(rest: list[str]) -> int:
     where, looked = _find_benchmarks()
     if where is None:
-        print("asyncmr bench: the benchmark is not part of the installed asyncmr package; it "
-              "lives in benchmarks/ of the asyncmr source checkout (looked at: "
-              f"{', '.join(str(p) for p in looked)}). Run it from the checkout's root:\n"
-              "    cd /path/to/asyncmr && python -m asyncmr bench --quick --out OUT\n"
-              "or set ASYNCMR_BENCHMARKS=/path/to/asyncmr/benchmarks, or run\n"
-              "    PYTHONPATH=/path/to/asyncmr/benchmarks python -m asyncmr_bench --help",
-              file=sys.stderr)
-        return 1
+        text = BENCH_NOT_FOUND.format(looked=", ".join(str(p) for p in looked))
+        if rest and rest[0] in ("-h", "--help"):
+            print(f"usage: python -m asyncmr bench [options]\n\n{text}")
+            return EXIT_OK
+        print(f"asyncmr bench: {text[0].lower()}{text[1:]}", file=sys.stderr)
+        return EXIT_MISSING
     sys.path.insert(0, str(where.resolve()))
     from asyncmr_bench.__main__ import main as bench_main
 
     return bench_main(rest)
 
 
-def main(argv: list[str] | None = None) -> int:
+#: The subcommands: name -> one line of what it does (the top-level --help lists them).
+COMMANDS = {
+    "demo": "run a small CuPy pipeline on each resource and print what each pool held",
+    "info": "devices, what this build supports on this driver, and the live state of the "
+            "default and current pools",
+    "plot": "draw a timeline PNG of a saved allocation history",
+    "cudf-pandas": "run a script or module under cudf.pandas, allocating from an "
+                   "AsyncManagedMR",
+    "bench": "the benchmark, from a source checkout (needs a GPU)",
+}
+
+
+def _version() -> str:
     import asyncmr
 
-    parser = argparse.ArgumentParser(prog="python -m asyncmr")
-    parser.add_argument("--version", action="version",
-                        version=f"asyncmr {asyncmr.__version__} (CUDA runtime "
-                                f"{asyncmr.runtime_version() // 1000}."
-                                f"{asyncmr.runtime_version() % 1000 // 10})")
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run a small CuPy pipeline on each resource")
-    demo.add_argument("--elements", type=_elements, default=1 << 22, action=OnceAction)
-    demo.add_argument("--history", metavar="DIR", type=_history_dir, default=None,
-                      action=OnceAction,
-                      help="record the owned pool's run and write DIR/demo-history.json (its "
-                           "allocation history) and DIR/demo-timeline.png")
-    sub.add_parser("bench", help="the benchmark, from a source checkout (GPU; "
-                   "see benchmarks/README.md)", add_help=False)
-    # info parses its own arguments (--json), like bench.
-    sub.add_parser("info", help="devices, supported pool kinds/locations, live pool state",
-                   add_help=False)
-    sub.add_parser("plot", help="a timeline PNG of a saved allocation history "
-                   "(record_history; see docs/HISTORY.md)", add_help=False)
-    sub.add_parser("cudf-pandas", help="run a script or module under cudf.pandas on an "
-                   "AsyncManagedMR (asyncmr.cudf_pandas)", add_help=False)
-    args, rest = parser.parse_known_args(argv)
-    if args.command == "demo":
-        if rest:  # only bench, info, plot and cudf-pandas take their own arguments
-            parser.error(f"demo: unrecognized arguments: {' '.join(rest)}")
-        return _demo(args)
-    if args.command == "info":
+    rt = asyncmr.runtime_version()
+    return f"asyncmr {asyncmr.__version__} (CUDA runtime {rt // 1000}.{rt % 1000 // 10})"
+
+
+def parser() -> argparse.ArgumentParser:
+    """``python -m asyncmr``: the subcommands; each parses its own arguments."""
+    p = argparse.ArgumentParser(
+        prog="python -m asyncmr", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="asyncmr's command line. `python -m asyncmr COMMAND --help` describes a "
+                    "command and its options.",
+        epilog="exit status, the same for every command:\n" + "\n".join(
+            textwrap.fill(what, 79, initial_indent=f"  {code}  ", subsequent_indent="     ")
+            for code, what in EXIT_STATUSES))
+    p.add_argument("--version", action="version", version=_version())
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, summary in COMMANDS.items():
+        sub.add_parser(name, help=summary, add_help=False)
+    return p
+
+
+def demo_parser() -> argparse.ArgumentParser:
+    """``python -m asyncmr demo``."""
+    p = argparse.ArgumentParser(
+        prog="python -m asyncmr demo",
+        description="Runs a small CuPy pipeline (an array, elementwise work, a sum) with each "
+                    "asyncmr resource as RMM's current resource and CuPy allocating through "
+                    "RMM, then prints a table: per resource, its memory type and location, "
+                    "the allocations RMM counted, RMM's peak bytes, the pool's used and "
+                    "reserved high-water marks, and whether the result matched NumPy's. Needs "
+                    "a GPU and CuPy (the [demo] extra).",
+        epilog=exit_statuses_epilog())
+    p.add_argument("--elements", metavar="N", type=_elements, default=1 << 22,
+                   action=OnceAction,
+                   help=f"float64 elements per array (default: {1 << 22}; at most "
+                        f"{MAX_ELEMENTS}, 8 GiB an array)")
+    p.add_argument("--history", metavar="DIR", type=_history_dir, default=None,
+                   action=OnceAction,
+                   help="record the owned pool's run and write its allocation history and a "
+                        "timeline PNG of it (needs matplotlib) into DIR")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs ``python -m asyncmr ARGS``; returns the exit status (``_cli.EXIT_STATUSES``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        # --help, --version, no command or an unknown one: argparse answers and exits.
+        parser().parse_args(argv)
+        return EXIT_USAGE  # not reached: a command would have been among COMMANDS
+    command, rest = argv[0], argv[1:]
+    if command == "demo":
+        return _demo(demo_parser().parse_args(rest))
+    if command == "info":
         from asyncmr._info import main as info_main
 
         return info_main(rest)
-    if args.command == "cudf-pandas":
+    if command == "cudf-pandas":
         from asyncmr.cudf_pandas import main as cudf_pandas_main
 
         return cudf_pandas_main(rest)
-    if args.command == "plot":
+    if command == "plot":
         from asyncmr.history import main as plot_main
 
         return plot_main(rest)

@@ -206,15 +206,31 @@ def render(info: dict) -> str:
     return "\n".join(out)
 
 
+def parser() -> argparse.ArgumentParser:
+    """``python -m asyncmr info``."""
+    from asyncmr._cli import exit_statuses_epilog
+
+    p = argparse.ArgumentParser(
+        prog="python -m asyncmr info",
+        description="Prints, per device, its name, compute capability, managed and pageable "
+                    "memory access, NUMA nodes and pool support; for this build on this "
+                    "driver, which pool kinds (device, pinned, managed), locations and pool "
+                    "choices (default, current, new) work, the path asyncmr takes to each and, "
+                    "for each that does not, the reason; and the live state of the default and "
+                    "current pools. Pools are only read, except that pool='new' is tried by "
+                    "creating a pool and closing it at once.",
+        epilog=exit_statuses_epilog())
+    p.add_argument("--json", action="store_true",
+                   help="print the same as a JSON document, for machines (without a usable "
+                        "device too: then \"usable\" is false and \"error\" says why)")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
     import asyncmr
+    from asyncmr._cli import EXIT_NO_GPU, EXIT_OK, reason
 
-    parser = argparse.ArgumentParser(
-        prog="python -m asyncmr info",
-        description="Devices, what this build supports on this driver, and the live state "
-                    "of the default and current pools.")
-    parser.add_argument("--json", action="store_true", help="print JSON for machines")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         info = collect()
     except asyncmr.NoDeviceError as e:
@@ -226,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
                               "driver_version": _version(driver) if driver else None,
                               "runtime_version": _version(asyncmr.runtime_version()),
                               "device_count": 0, "devices": []}, indent=2))
-        print(f"asyncmr info: no usable CUDA device: {e}", file=sys.stderr)
-        return 1
+        print(f"asyncmr info: no usable CUDA device: {reason(e)}", file=sys.stderr)
+        return EXIT_NO_GPU
     print(json.dumps(info, indent=2) if args.json else render(info))
-    return 0
+    return EXIT_OK

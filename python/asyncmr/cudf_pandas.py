@@ -17,11 +17,11 @@ or, as ``python -m cudf.pandas`` does for a script or a module::
 ``prefetch=`` and ``discard=True``: every allocation placed where it will be used, its old
 contents dropped instead of migrated (CUDA 13 build).
 
-The runner's exit status: 2 for a wrong option, a missing script, a missing cuDF or options the
-resource refuses (the options and the script checked first, on any machine); 3 without a usable
-CUDA device (looked for before cuDF); 4 when the pool cannot be set up for lack of memory
-(``--reserve`` more than the GPU holds); each with one line on stderr. Otherwise it is the
-script's own (an exception in the script is its traceback and 1, as under ``python script.py``).
+The runner's exit status: 2 for a wrong option or a missing script (checked first, on any
+machine), or options the resource refuses; 3 without a usable CUDA device (looked for before
+cuDF); 4 without cuDF; 1 when the pool cannot be set up (``--reserve`` more than the GPU
+holds); each with one line on stderr. Otherwise it is the script's own (an exception in the
+script is its traceback and 1, as under ``python script.py``).
 
 cudf.pandas's default memory is RMM's pool adaptor over managed memory with libcudf's managed
 prefetching on; ``install`` puts an :class:`asyncmr.AsyncManagedMR` in the adaptor's place
@@ -89,8 +89,50 @@ def install(*, pool: Any = "default", prefetch: Any = None, discard: bool = Fals
     return mr
 
 
-USAGE = ("usage: python -m asyncmr cudf-pandas [--cache BYTES] [--reserve BYTES] "
-         "[--prefetch device|host|N] [--discard] (SCRIPT | -m MODULE) [ARGS...]")
+#: The runner's own options: (flag, metavar or None for a switch, help). They come before the
+#: script; what follows the script is the script's.
+OPTIONS = (
+    ("--cache", "BYTES", "give the resource a front cache of at most BYTES (the resource's "
+                         "cache=; 0: none)"),
+    ("--reserve", "BYTES", "grow the pool by BYTES before the script runs (reserve=)"),
+    ("--prefetch", "device|host|N", "prefetch every allocation, on its stream, to the "
+                                    "resource's device, the host or device N (prefetch=)"),
+    ("--discard", None, "with --prefetch: drop an allocation's old contents as it is "
+                        "prefetched instead of migrating them (discard=True; CUDA 13 build)"),
+)
+_USAGE = ("%(prog)s [--cache BYTES] [--reserve BYTES] [--prefetch device|host|N] [--discard] "
+          "(SCRIPT | -m MODULE) [ARGS...]")
+PROG = "python -m asyncmr cudf-pandas"
+USAGE = "usage: " + _USAGE % {"prog": PROG}
+
+
+def parser():
+    """The runner's ``--help`` (and its documentation): ``OPTIONS``, then the script or module.
+    The arguments are read by ``_options``, which must leave what follows the script alone."""
+    import argparse
+
+    from asyncmr._cli import exit_statuses_epilog
+
+    p = argparse.ArgumentParser(
+        prog=PROG, usage=_USAGE,
+        description="Runs a Python script or module under cudf.pandas, as `python -m "
+                    "cudf.pandas` does, with an AsyncManagedMR (the device's managed pool) as "
+                    "RMM's current resource and libcudf's managed-memory prefetching on. The "
+                    "options set the resource; they come before the script. Needs a GPU and "
+                    "cuDF.",
+        epilog=exit_statuses_epilog() + ". Once the script runs, the status is the script's.")
+    for flag, metavar, text in OPTIONS:
+        if metavar is None:
+            p.add_argument(flag, action="store_true", help=text)
+        else:
+            p.add_argument(flag, metavar=metavar, help=text)
+    p.add_argument("-m", metavar="MODULE", dest="module",
+                   help="run a module as the script (as `python -m MODULE`)")
+    p.add_argument("script", metavar="SCRIPT", nargs="?", help="the script to run")
+    p.add_argument("args", metavar="ARGS", nargs="*",
+                   help="the script's or module's arguments: everything after SCRIPT or "
+                        "MODULE, options of the runner's own included")
+    return p
 
 
 _HELP = ("-h", "--help")
@@ -106,15 +148,16 @@ def _number(flag: str, digits: str, bits: int, what: str) -> int:
 
 
 def _options(args: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """Takes the door's own options off the front of ``args``: (install's keywords, the rest,
+    """Takes the runner's own options off the front of ``args``: (install's keywords, the rest,
     which starts with the script, ``-m``, or ``-h``/``--help``). Raises ValueError naming the
     option that is wrong, or an unknown one met before the script."""
     options: dict[str, Any] = {}
-    while args and args[0] in ("--cache", "--reserve", "--prefetch", "--discard"):
+    takes_value = {flag: metavar is not None for flag, metavar, _ in OPTIONS}
+    while args and args[0] in takes_value:
         flag, args = args[0], args[1:]
         if flag[2:] in options:
             raise ValueError(f"{flag} is given twice")
-        if flag == "--discard":
+        if not takes_value[flag]:  # --discard
             options["discard"] = True
             continue
         value = args[0] if args else ""
@@ -131,8 +174,9 @@ def _options(args: list[str]) -> tuple[dict[str, Any], list[str]]:
             raise ValueError(f"--prefetch takes device, host or a device ordinal, got {value!r}")
     if args and args[0].startswith("-") and args[0] != "-m" and args[0] not in _HELP:
         # A typo or an unsupported spelling (--cache=N) would otherwise be run as the script.
-        raise ValueError(f"unknown option {args[0]!r} (the door's options are --cache, "
-                         "--reserve, --prefetch and --discard, before the script or -m MODULE)")
+        raise ValueError(f"unknown option {args[0]!r} (the runner's options are "
+                         f"{', '.join(flag for flag, _, _ in OPTIONS)}, before the script or "
+                         "-m MODULE)")
     if options.get("discard") and "prefetch" not in options:
         raise ValueError("--discard needs --prefetch (it drops the old contents as an "
                          "allocation is prefetched)")
@@ -141,21 +185,20 @@ def _options(args: list[str]) -> tuple[dict[str, Any], list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m asyncmr cudf-pandas [OPTIONS] (script.py | -m module) [ARGS...]``."""
+    from asyncmr._cli import EXIT_FAILURE, EXIT_MISSING, EXIT_NO_GPU, EXIT_OK, EXIT_USAGE, reason
+
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help"):
-        print(USAGE, file=sys.stderr if not args else sys.stdout)
-        return 2 if not args else 0
     try:
         options, args = _options(args)
     except ValueError as e:
         print(f"asyncmr cudf-pandas: {e}\n{USAGE}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if args and args[0] in _HELP:
-        print(USAGE)
-        return 0
+        parser().print_help()
+        return EXIT_OK
     if not args or (args[0] == "-m" and len(args) < 2):
         print(USAGE, file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if args[0] == "-m":
         target, rest, module = args[1], args[2:], True
     else:
@@ -167,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as e:
             print(f"asyncmr cudf-pandas: cannot open file {target!r}: {e.strerror}",
                   file=sys.stderr)
-            return 2
+            return EXIT_USAGE
     try:
         # A wrong option first (its fix is the user's on any machine), then no GPU (installing
         # cuDF would not help), then install() looks for cuDF.
@@ -175,18 +218,22 @@ def main(argv: list[str] | None = None) -> int:
         asyncmr.device_count()
         install(**options)
     except asyncmr.NoDeviceError as e:
-        print(f"asyncmr cudf-pandas: no usable CUDA device: {e}", file=sys.stderr)
-        return 3
+        print(f"asyncmr cudf-pandas: no usable CUDA device: {reason(e)}", file=sys.stderr)
+        return EXIT_NO_GPU
     except MemoryError as e:  # the pool could not grow (--reserve)
-        print(f"asyncmr cudf-pandas: out of memory setting up the pool: {e}", file=sys.stderr)
-        return 4
-    except (ImportError, TypeError, ValueError, asyncmr.UnsupportedError) as e:
-        # No cuDF, or the resource refused the options (discard on the CUDA 12 build).
-        print(f"asyncmr cudf-pandas: {e}", file=sys.stderr)
-        return 2
+        print(f"asyncmr cudf-pandas: out of memory setting up the pool: {reason(e)}",
+              file=sys.stderr)
+        return EXIT_FAILURE
+    except ImportError as e:  # no cuDF
+        print(f"asyncmr cudf-pandas: {reason(e)}", file=sys.stderr)
+        return EXIT_MISSING
+    except (TypeError, ValueError, asyncmr.UnsupportedError) as e:
+        # The resource refused the options (discard on the CUDA 12 build).
+        print(f"asyncmr cudf-pandas: {reason(e)}", file=sys.stderr)
+        return EXIT_USAGE
     sys.argv = [target, *rest]
     if module:
         runpy.run_module(target, run_name="__main__", alter_sys=True)
     else:
         runpy.run_path(target, run_name="__main__")
-    return 0
+    return EXIT_OK

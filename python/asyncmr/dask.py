@@ -21,7 +21,7 @@ Each worker makes its resource on its current device. dask-cuda starts every wor
 first worker of two, "1,0" for the second), so that device is device 0 there.
 
 Order on a worker, and dask-cuda's ``rmm_*`` options
----------------------------------------------------
+----------------------------------------------------
 A worker runs, in this order: its preloads (``--preload``), the plugins it was built with
 (dask-cuda's ``RMMSetup``, which applies ``rmm_pool_size``, ``rmm_maximum_pool_size``,
 ``rmm_managed_memory``, ``rmm_async``, ``rmm_release_threshold``, ``rmm_log_directory`` and

@@ -13,7 +13,6 @@ viewer shows of a driver pool and what it cannot show are in docs/HISTORY.md.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -560,18 +559,11 @@ def plot(history_or_many: History | Mapping[str, History], out_path: str | os.Pa
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m asyncmr plot HISTORY [-o timeline.png] [--title T]`` (``argv``: what follows it).
-    Returns 0; 2: a file unreadable, no history or too big for memory, no matplotlib; 1: no PNG."""
-    from asyncmr._cli import OnceAction  # an option given twice is refused, as for demo
+    Returns 0; 2: a file unreadable, no history or too big for memory; 4: no matplotlib; 1: no
+    PNG written."""
+    from asyncmr._cli import plot_parser
 
-    parser = argparse.ArgumentParser(prog="python -m asyncmr plot", description=(
-        "Draw a saved allocation history: the pool's reserved and used bytes and the front "
-        "cache's bytes over time, with the phases; one lane per worker."))
-    parser.add_argument("history", metavar="HISTORY",
-                        help="a file written by History.save or asyncmr.history.save_many")
-    parser.add_argument("-o", "--output", default="timeline.png", action=OnceAction,
-                        help="the PNG to write (default: timeline.png)")
-    parser.add_argument("--title", default=None, action=OnceAction, help="the figure's title")
-    args = parser.parse_args(argv)
+    args = plot_parser().parse_args(argv)
     if not args.output:
         print("asyncmr plot: -o needs a file name", file=sys.stderr)
         return 2
@@ -589,7 +581,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         out = plot(data, args.output, title=args.title)
-    except (ImportError, ValueError) as e:  # no matplotlib; a file of no histories
+    except ImportError as e:  # no matplotlib
+        print(f"asyncmr plot: {str(e).removeprefix('asyncmr: ')}", file=sys.stderr)
+        return 4
+    except ValueError as e:  # a file of no histories
         print(f"asyncmr plot: {str(e).removeprefix('asyncmr: ')}", file=sys.stderr)
         return 2
     except OSError as e:
