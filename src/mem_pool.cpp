@@ -361,8 +361,8 @@ void* mem_pool::allocate_async(std::size_t bytes, cudaStream_t stream) const
   cudaError_t status{};
   {
     // Relaxed, as every other pool call: while another thread captures in global mode (PyTorch's
-    // default), the driver refused a new pool's allocation in the default mode, every kind
-    // (cudaErrorStreamCaptureUnsupported: H100, driver 580, docs/DRIVER_FACTS.md). A capture of
+    // default), the driver refuses a new pool's allocation in the default mode, every kind
+    // (cudaErrorStreamCaptureUnsupported: docs/DRIVER_FACTS.md). A capture of
     // `stream` itself still records the allocation as a graph node.
     detail::relaxed_capture_guard const relaxed;
     status = cudaMallocFromPoolAsync(&ptr, bytes, use.handle(), stream);

@@ -133,7 +133,7 @@ void pool_resource_base::release_cache()
 // allocation may have grown it, and for every oom and trim_to (straight from their callers).
 //
 // How a recording follows the pool's reserved and used bytes without asking the driver on every
-// event (two attribute reads cost ~700 ns an uncached pair on the H200, seven times a pair):
+// event (two attribute reads cost several times an uncached pair: benchmark section 11):
 // `used` moves by each allocation's and free's bytes; the pool itself is read when an
 // allocation may grow it (fewer known unused reserved bytes than it asks for), when the last
 // read is older than history_pool_read_ns, and on every oom and trim_to. Each read sets both
@@ -198,9 +198,9 @@ void pool_resource_base::note_read(history_ring& ring,
   e.action        = action;
   e.reserved      = h.last_reserved.load(std::memory_order_relaxed);
   e.used          = h.last_used.load(std::memory_order_relaxed);
-  // `used` moves by a load and a store, not a read-modify-write: with the two locked instructions
-  // an uncached pair made, recording added 114 ns to it on the H200, without them 100 ns (section
-  // 11, one run each, 2026-12-02). Events racing on several threads may lose each other's move
+  // `used` moves by a load and a store, not a read-modify-write: two locked instructions an
+  // uncached pair would add to each recorded pair (benchmark section 11 measures the recording's
+  // cost). Events racing on several threads may lose each other's move
   // until the next read of the pool sets it right (at most history_pool_read_ns later); one
   // thread's events are exact between reads.
   bool may_grow = false;
@@ -278,7 +278,7 @@ void* pool_resource_base::allocate(cuda::stream_ref stream, std::size_t bytes, s
 
 void pool_resource_base::prefetch(void* ptr, std::size_t bytes, cudaStream_t stream) const noexcept
 {
-  // A prefetch on a capturing stream invalidates the capture (measured on the H200): a graph's
+  // A prefetch on a capturing stream invalidates the capture (docs/DRIVER_FACTS.md): a graph's
   // allocation is not prefetched.
   if (ptr == nullptr || stream_capturing(stream)) { return; }
   relaxed_capture_guard guard;  // another thread's global-mode capture: neither refused nor broken
@@ -336,7 +336,7 @@ void* pool_resource_base::allocate_sync(std::size_t bytes, std::size_t alignment
   }
   // Relaxed: another capture (this thread's of another stream, or any thread's in global mode)
   // would otherwise refuse the allocation on the per-thread stream and the wait, and be
-  // invalidated by them (the allocation's refusal measured on the H200).
+  // invalidated by them (the allocation's refusal: docs/DRIVER_FACTS.md).
   relaxed_capture_guard guard;
   void* ptr = allocate(cuda::stream_ref{cudaStreamPerThread}, bytes, alignment);
   cudaError_t status{};

@@ -250,7 +250,7 @@ void apply_threshold_and_reserve(mem_pool& pool,
     }
   } catch (...) {
     // A reservation the pool cannot make may still have grown it (a bounded pool grows to its
-    // max_size before it refuses: seen on the H200): what it grew by goes back, and so does a
+    // max_size before it refuses): what it grew by goes back, and so does a
     // shared pool's threshold, unless someone changed it since (the reservation can take
     // seconds; a threshold set meanwhile through mem_pool, or by another library, is theirs).
     try {

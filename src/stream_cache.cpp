@@ -44,7 +44,7 @@ namespace {
 // parked blocks are then freed on the release stream. All three are stream-ordered calls on
 // streams nobody captures, so a release is correct while its blocks' streams are gone, and
 // leaves every capture on the device valid (a device-wide synchronization would invalidate
-// them: measured on the H200, docs/DRIVER_FACTS.md).
+// them: docs/DRIVER_FACTS.md).
 
 // The last context this thread found not primary: the puts on a user context's stream, each
 // refused, ask every device once, not at every free. Only the "no" is kept. A primary context
@@ -382,9 +382,9 @@ void cache_streams::destroy() noexcept
 {
   relaxed_capture_guard guard;
   // The destroy returns at once, but compute-sanitizer's memcheck waits there for the stream's
-  // work, which may wait for a stream where a Python host function waits for the GIL (seen on
-  // the H200: a resource dropped with one queued behind a kernel hung with the GIL held). So this
-  // counts as a wait.
+  // work, which may wait for a stream where a Python host function waits for the GIL (a resource
+  // dropped with one queued behind a kernel then hangs with the GIL held). So this counts as a
+  // wait.
   blocking_region wait;
   if (release != nullptr) { clear_own_error(cudaStreamDestroy(release)); }
   release = nullptr;
@@ -459,7 +459,7 @@ bool stream_cache::key_for(cudaStream_t stream, stream_key& key) const noexcept
 {
   // The legacy stream of the context the cache was made in has the key taken then: asked of the
   // driver while a blocking stream captures, that question is refused as well
-  // (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: seen on an H100, driver 580, 2026-12-05), and a hit
+  // (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: docs/DRIVER_FACTS.md), and a hit
   // on it then needs no driver call at all. The context is the cache's as long as the cache
   // lives: its release stream is in it.
   if (legacy_stream(stream) && streams_.legacy && streams_.context != nullptr &&

@@ -23,9 +23,8 @@ struct memory_range {
 
 /**
  * @brief Prefetches each range to `to` (a device or the host) in stream order on `stream`, one
- * `cudaMemPrefetchAsync` per range: on the H200 (driver 580) a loop was never slower than the
- * batched call (1000 resident 64 KiB ranges: 3.3 ms against 19.6 ms; moving them: 37 against
- * 38 ms). Ranges of 0 bytes are skipped.
+ * `cudaMemPrefetchAsync` per range: a loop is never slower than the batched call (benchmark
+ * section 12 measures both). Ranges of 0 bytes are skipped.
  * @throws unsupported_error when `stream` is capturing (the driver would invalidate the capture);
  * std::invalid_argument for a bad `to`, a null range, or a range the driver refuses (not managed
  * memory), naming its index: the ranges before it are already queued, nothing else changed
@@ -43,8 +42,8 @@ void discard(std::span<memory_range const> ranges, cuda::stream_ref stream);
 
 /**
  * @brief Discards each range and prefetches it to `to`, in one call
- * (`cudaMemDiscardAndPrefetchBatchAsync`; on the H200 2.4 ms against 5.4 ms for the prefetch
- * alone): for memory about to be overwritten where it will be used.
+ * (`cudaMemDiscardAndPrefetchBatchAsync`, faster than the prefetch alone: benchmark section 12):
+ * for memory about to be overwritten where it will be used.
  * @throws as `discard`
  */
 void discard_and_prefetch(std::span<memory_range const> ranges,

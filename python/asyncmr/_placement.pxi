@@ -25,8 +25,8 @@ def prefetch(obj, to="device", Stream stream=DEFAULT_STREAM):
 
     ``obj`` is a ``(pointer, nbytes)`` pair, anything with ``__cuda_array_interface__`` (CuPy,
     Numba, PyTorch, ``rmm.DeviceBuffer``), or a list of those; everything is checked before the
-    first CUDA call. One driver call per range (on the H200 a loop was never slower than the
-    batched call). Raises :class:`asyncmr.UnsupportedError` on a capturing stream (the driver
+    first CUDA call. One driver call per range (a loop is never slower than the batched call).
+    Raises :class:`asyncmr.UnsupportedError` on a capturing stream (the driver
     would invalidate the capture) and ValueError for memory that is not managed (the ranges
     before it are already queued).
     """

@@ -4,8 +4,8 @@
 #pragma once
 
 // What the front cache asks the driver about a stream or a pointer, on its hit path: each asked
-// of the driver's entry points directly (through the runtime a stream query cost ~47 ns on the
-// H200 with driver 580, cache_bench), the runtime answering where the driver cannot.
+// of the driver's entry points directly (a runtime stream query costs more: cache_bench
+// "calls"), the runtime answering where the driver cannot.
 
 #include <asyncmr/detail/front_cache.hpp>
 
@@ -21,10 +21,10 @@ namespace asyncmr::detail {
 /**
  * Whether `stream` names the legacy default stream, which is never capturing: a capture cannot
  * begin there. The front cache so asks no capture question about it (one driver call each hit
- * and put, ~26 ns on the H200: cache_bench "calls"), and more than time: while a blocking stream
+ * and put: cache_bench "calls"), and more than time: while a blocking stream
  * of the device captures, the driver answers any question about the legacy stream with
  * CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (cuStreamIsCapturing's documentation), which
- * `stream_capturing` reads as "cannot be told", and the cache then went to the pool on the legacy
+ * `stream_capturing` reads as "cannot be told", and the cache would then go to the pool on the legacy
  * stream, a call the capture cannot survive. Handle 0 is the legacy stream here: this library is
  * not built for per-thread default streams, and the driver reads 0 the same way.
  */

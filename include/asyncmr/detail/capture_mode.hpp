@@ -19,10 +19,9 @@ void exchange_capture_mode(cudaStreamCaptureMode* mode) noexcept;
  * Pool attribute, trim, access and routing calls are "unsafe" in the capture sense: while any
  * stream captures in global mode (or this thread captures in thread-local mode) the driver
  * refuses them AND invalidates the capture. In relaxed mode the same calls succeed and the
- * capture stays valid (measured on the H200, docs/DRIVER_FACTS.md). Every call in asyncmr that
- * touches a pool runs under one of these guards, allocations and frees included (a new pool's
- * first allocation was refused beside another thread's global capture, every kind, H100, driver
- * 580: docs/DRIVER_FACTS.md).
+ * capture stays valid (docs/DRIVER_FACTS.md). Every call in asyncmr that touches a pool runs
+ * under one of these guards, allocations and frees included (beside another thread's global
+ * capture the driver refuses a new pool's first allocation otherwise: docs/DRIVER_FACTS.md).
  */
 class relaxed_capture_guard {
  public:

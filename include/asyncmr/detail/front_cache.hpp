@@ -84,10 +84,9 @@
  * The legacy default stream is no exception, though it lives as long as its context: a free
  * there is ordered after the earlier work of *every blocking stream* of the context (its implicit
  * synchronization), so a block a kernel on a blocking stream used last may be freed there with no
- * wait, and only an event recorded on the legacy stream at the free captures that order. (From
- * 2026-12-03 to 12-05 the legacy stream's order was taken at the park instead, by an event on a
- * blocking stream of the owner's: that follows the legacy stream's own work only, and such a
- * block could go back to the pool while the kernel still ran; tests/test_cache_soundness.py.)
+ * wait, and only an event recorded on the legacy stream at the free captures that order (an
+ * event on one of the owner's blocking streams would follow the legacy stream's own work only:
+ * tests/test_cache_soundness.py).
  *
  * ## Dead and idle streams
  * Blocks of a destroyed stream cannot be freed in its order any more. Every take and put stamps
@@ -178,8 +177,8 @@ struct stream_markers {
 /**
  * @brief A test-and-test-and-set lock: uncontended, one atomic exchange and one store;
  * contended, it spins briefly and yields. Never throws (a `std::mutex` may), so it guards the
- * paths that must be `noexcept`. With `std::mutex` in a bucket's place a hit pair in
- * front_cache_bench cost ~48 ns instead of ~27-37 ns (2-core Xeon VM, 2026-11-30).
+ * paths that must be `noexcept`, and costs a hit pair less than a `std::mutex` in a bucket's
+ * place (front_cache_bench).
  */
 class spin_lock {
  public:

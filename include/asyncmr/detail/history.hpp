@@ -13,8 +13,8 @@
  * events it records into it with plain stores, alone, until the chunk is full; then it lets the
  * chunk go and claims the next. Each slot is a sequence lock (odd while its writer writes, then
  * the event's number), so a reader copies only whole events. An event therefore costs no
- * locked instruction: one write alone took 7.65 ns on the H200 host against 23.2 ns with a
- * ticket and a slot claim per event (cache_bench, 2026-12-03 and 2026-12-02).
+ * locked instruction: a fraction of a ticket and a slot claim per event (cache_bench's history
+ * rows measure both).
  *
  * When the ring is full a claimed chunk overwrites the oldest events; `dropped()` counts what was
  * overwritten or not written (every chunk held: more threads writing at once than chunks). A
@@ -94,8 +94,8 @@ inline constexpr std::uint64_t history_no_event = ~std::uint64_t{0};
 
 /// @brief Whether events are stamped with the CPU's time-stamp counter: on x86-64 when the
 /// kernel's clocksource is "tsc" (the kernel found the counter invariant and synchronized across
-/// CPUs, and steady_clock reads it too, then scales it: 30 ns a read on the H200 host against
-/// 16 ns for the raw counter). Otherwise stamps are steady_clock nanoseconds. Decided once.
+/// CPUs, and steady_clock reads it too, then scales it, at about twice the raw counter's cost).
+/// Otherwise stamps are steady_clock nanoseconds. Decided once.
 [[nodiscard]] bool history_stamps_are_ticks() noexcept;
 
 /// @brief What history_stamp reads: 0 not decided yet, 1 the time-stamp counter, 2 steady_clock.
