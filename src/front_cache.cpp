@@ -1,476 +1,607 @@
 /*
  * SPDX-License-Identifier: Apache-2.0
  */
-// The front cache's lookup, budget and hot path (the rest: front_cache_record.cpp,
-// front_cache_release.cpp; the shared pieces: detail/front_cache_parts.hpp).
 
-#include "detail/front_cache_parts.hpp"
+// The front cache bound to CUDA streams and to a pool (detail/front_cache.hpp), the registry of
+// live caches per pool, and the background reclaimer of idle streams' blocks.
 
-#include <stdexcept>
+#include "detail/front_cache.hpp"
+#include "detail/stream_queries.hpp"
+
+#include "detail/device_sync.hpp"
+#include "detail/driver_api.hpp"
+#include "detail/text.hpp"
+
+#include <asyncmr/detail/blocking.hpp>
+#include <asyncmr/detail/capture_mode.hpp>
+#include <asyncmr/error.hpp>
+
+#include <rmm/error.hpp>
+#include <rmm/logger.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <new>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace asyncmr::detail {
 
-using namespace front_cache_parts;
-
-// ---- the lock -------------------------------------------------------------------------------
-
-void spin_lock::lock_slow() noexcept
-{
-  for (;;) {
-    // Critical sections are a few dozen instructions: a short spin usually wins; after that the
-    // holder is probably descheduled, so give it the core.
-    for (int i = 0; i < 64; ++i) {
-      if (!locked_.load(std::memory_order_relaxed) &&
-          !locked_.exchange(true, std::memory_order_acquire)) {
-        return;
-      }
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#elif defined(__aarch64__)
-      asm volatile("yield");
-#endif
-    }
-    std::this_thread::yield();
-  }
-}
-
-// ---- the thread-local lookup ----------------------------------------------------------------
+std::atomic<void (*)(cudaStream_t) noexcept> testing_put_hook{nullptr};
 
 namespace {
 
-// A bucket pointer is trusted only together with the id of the cache it came from; ids are never
-// reused, so an entry of a destroyed cache can never match again.
-struct tls_entry {
-  std::uint64_t cache_id;
-  stream_key key;
-  void* bucket;
-};
+// ---- the markers: a CUDA event per stream, and the release stream's wait for it ----------------
+//
+// A put records its bucket's event on the block's stream (the stream is alive: the caller is
+// freeing on it); parking the bucket makes the cache's release stream wait for that event; the
+// parked blocks are then freed on the release stream. All three are stream-ordered calls on
+// streams nobody captures, so a release is correct while its blocks' streams are gone, and
+// leaves every capture on the device valid (a device-wide synchronization would invalidate
+// them: docs/DRIVER_FACTS.md).
 
-constexpr unsigned tls_slots = 16;  // a thread meeting more (cache, stream) pairs pays a lock
-constexpr unsigned tls_ways  = 4;   // entries probed per lookup
+// The last context this thread found not primary: the puts on a user context's stream, each
+// refused, ask every device once, not at every free. Only the "no" is kept. A primary context
+// the driver makes later at that address is then refused too, which costs hits and orders every
+// block rightly (refused blocks go to the pool in their stream's order); a "yes" kept could
+// outlive its primary context (cuDevicePrimaryCtxReset) and make a marker in a user's context.
+thread_local void* not_primary = nullptr;
 
-struct tls_table {
-  std::array<tls_entry, tls_slots> entries;
-  unsigned next_victim;
-};
-
-// Trivially constructible and destructible: no guard or TLS wrapper on access, nothing to run
-// at thread exit.
-thread_local constinit tls_table t_lookup{};
-
-std::atomic<std::uint64_t> next_cache_id{1};  // 0 marks an empty tls_entry
-
-unsigned first_tls_slot(std::uint64_t cache_id, stream_key key) noexcept
+// An event in the context of `stream` (a bucket may be reused for a stream of another device or
+// context than the one that made its event), or nullptr. That context is pushed for the call
+// and popped after it, so the thread's own current context, a non-primary one or none, is left
+// as it was (a cudaSetDevice round trip would replace a non-primary context by a primary one,
+// and make device 0's primary context where the thread had none, on a device it never used).
+// Only in a primary context: one the user made (cuCtxCreate) may be destroyed while the bucket
+// holds blocks, and its events with it, leaving the release a destroyed event to wait for (or
+// whichever event took its address). A free on such a stream is refused instead, and goes to
+// the pool in that stream's own order.
+cudaEvent_t make_marker(cudaStream_t stream) noexcept
 {
-  std::uint64_t const h = (key ^ (cache_id * 0x9E3779B97F4A7C15ULL)) * 0xBF58476D1CE4E5B9ULL;
-  return static_cast<unsigned>(h >> 60);  // 16 slots
+  void* const context = stream_context(stream);
+  if (context == nullptr || context == not_primary) { return nullptr; }
+  if (!primary_context(context)) {
+    not_primary = context;
+    return nullptr;
+  }
+  context_scope const in_stream_context{context};
+  if (!in_stream_context.ok()) { return nullptr; }
+  cudaEvent_t event = nullptr;
+  auto const status = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+  clear_own_error(status);
+  return status == cudaSuccess ? event : nullptr;
 }
 
-void forget_entry(std::uint64_t cache_id, stream_key key) noexcept
+// A bucket's marker: the event that holds its stream's order, and a spare that each put records
+// first. They trade places only once the stream is known not to capture after the record: a
+// capture may begin on the stream between the owner's last look and the record (another thread
+// calls cudaStreamBeginCapture), and an event recorded into a capture must never order a
+// release (the release stream would join the capture, and every free on it would fail).
+struct marker_pair {
+  cudaEvent_t order{nullptr};
+  cudaEvent_t spare{nullptr};
+};
+
+// Records `event`, or a fresh one made in `stream`'s context when `event` is null or of another
+// context (the bucket now serves a stream of another device or context). Returns the event
+// recorded, or nullptr; `event` is destroyed when replaced.
+cudaEvent_t record_marker(cudaEvent_t event, cudaStream_t stream) noexcept
 {
-  unsigned const s = first_tls_slot(cache_id, key);
-  for (unsigned w = 0; w < tls_ways; ++w) {
-    auto& e = t_lookup.entries[(s + w) % tls_slots];
-    if (e.cache_id == cache_id && e.key == key) { e = tls_entry{}; }
+  if (event != nullptr) {
+    auto const status = record_event(event, stream);
+    if (status == cudaSuccess) { return event; }
+    clear_own_error(status);
+    clear_own_error(cudaEventDestroy(event));
+  }
+  cudaEvent_t const fresh = make_marker(stream);
+  if (fresh == nullptr) { return nullptr; }
+  auto const status = record_event(fresh, stream);
+  if (status == cudaSuccess) { return fresh; }
+  clear_own_error(status);
+  clear_own_error(cudaEventDestroy(fresh));
+  return nullptr;
+}
+
+mark_result mark_stream(void*, void*& marker, void* stream) noexcept
+{
+  auto const s = static_cast<cudaStream_t>(stream);
+  auto* pair   = static_cast<marker_pair*>(marker);
+  if (pair == nullptr) {
+    pair = new (std::nothrow) marker_pair{};
+    if (pair == nullptr) { return mark_result::unmarkable; }
+    marker = pair;
+  }
+  cudaEvent_t const recorded = record_marker(pair->spare, s);
+  pair->spare                = recorded;
+  // Never recorded: the old order stays (a wait for an event never recorded would return at
+  // once, and the bucket's earlier blocks would be freed without their stream's order).
+  if (recorded == nullptr) { return mark_result::unmarkable; }
+  // The legacy stream never captures (and is not asked: see legacy_stream).
+  if (!legacy_stream(s) && stream_capturing(s)) { return mark_result::capturing; }
+  pair->spare = pair->order;
+  pair->order = recorded;
+  return mark_result::marked;
+}
+
+bool order_release(void* streams, void* marker) noexcept
+{
+  auto const* pair = static_cast<marker_pair const*>(marker);
+  if (pair == nullptr || pair->order == nullptr) { return false; }
+  auto const status =
+    cudaStreamWaitEvent(static_cast<release_stream*>(streams)->stream, pair->order, 0);
+  clear_own_error(status);
+  return status == cudaSuccess;
+}
+
+void destroy_marker(void*, void* marker) noexcept
+{
+  auto* const pair = static_cast<marker_pair*>(marker);
+  for (cudaEvent_t const e : {pair->order, pair->spare}) {
+    if (e != nullptr) { clear_own_error(cudaEventDestroy(e)); }
+  }
+  delete pair;
+}
+
+// ---- the registry of live caches, per pool ---------------------------------------------------
+
+struct cache_registry {
+  spin_lock lock;
+  std::vector<std::weak_ptr<front_cache>> caches;
+};
+
+cache_registry& registry() noexcept
+{
+  static auto* r = new cache_registry{};  // never destroyed: caches die until the process ends
+  return *r;
+}
+
+// mem_pool::close's hook: a closed pool's blocks leave every cache on it before it retires.
+void release_caches_of_closing(cudaMemPool_t pool) noexcept
+{
+  static_cast<void>(release_caches_of(pool, nullptr));
+}
+
+void register_cache(std::shared_ptr<front_cache> const& cache)
+{
+  set_pool_closing_hook(&release_caches_of_closing);
+  auto& r = registry();
+  r.lock.lock();
+  try {
+    std::erase_if(r.caches, [](auto const& w) { return w.expired(); });
+    r.caches.push_back(cache);
+  } catch (...) {
+    r.lock.unlock();
+    throw;
+  }
+  r.lock.unlock();
+}
+
+// ---- the background reclaimer ----------------------------------------------------------------
+//
+// How long a stream's bucket must go unused before pressure on the cap may take its blocks
+// (block_cache's shortest epoch): long enough that a stream waiting for a kernel keeps them,
+// short enough that the blocks of destroyed streams come back within a moment of pressure.
+constexpr std::uint64_t stale_after_ns = 100'000'000;  // 100 ms
+//
+// One thread for the process, started the first time a cache asks, that reclaims the blocks of
+// streams idle for a whole epoch (block_cache::detach_stale): their streams may be gone, so the
+// blocks go back in the release stream's order, and the thread that noticed the pressure
+// (inside a free) should not scan every bucket. Its state is never destroyed, and at exit it
+// stops taking work.
+
+struct reclaimer_state {
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::condition_variable idle;
+  std::vector<std::weak_ptr<front_cache>> queue;
+  bool started{false};
+  bool busy{false};
+  bool exiting{false};
+};
+
+reclaimer_state& reclaimer() noexcept
+{
+  static auto* s = new reclaimer_state{};
+  return *s;
+}
+
+void reclaimer_loop() noexcept
+{
+  auto& s = reclaimer();
+  std::vector<std::weak_ptr<front_cache>> work;
+  for (;;) {
+    {
+      std::unique_lock lock{s.mutex};
+      s.busy = false;
+      s.idle.notify_all();
+      s.wake.wait(lock, [&] { return s.exiting || !s.queue.empty(); });
+      if (s.exiting) { return; }
+      work.swap(s.queue);
+      s.busy = true;
+    }
+    for (auto& weak : work) {
+      if (auto cache = weak.lock()) { cache->reclaim_stale(); }
+    }
+    work.clear();
   }
 }
 
-// Beyond this many buckets an empty bound one is reused before a new one is made, so a program
-// that creates and destroys streams forever (stream ids are never reused) does not grow the
-// registry forever.
-constexpr std::size_t recycle_after = 64;
-constexpr std::size_t recycle_scan  = 64;  // buckets one lookup inspects for reuse
-
-
-
-std::size_t largest_class_at_most(std::size_t bytes) noexcept
+void stop_reclaimer() noexcept
 {
-  std::size_t i = front_cache::class_index(bytes);
-  if (front_cache::class_bytes(i) > bytes) { --i; }
-  return front_cache::class_bytes(i);
+  // At exit: let a reclaim in progress finish (it waits for nothing, but the runtime may be
+  // slow to answer while it shuts down: then give up after a while) before the runtime goes.
+  auto& s = reclaimer();
+  std::unique_lock lock{s.mutex};
+  s.exiting = true;
+  s.wake.notify_all();
+  s.idle.wait_for(lock, std::chrono::seconds{2}, [&] { return !s.busy; });
 }
 
 }  // namespace
 
-// ---- construction ---------------------------------------------------------------------------
-
-front_cache::front_cache(std::size_t cap_bytes,
-                         std::size_t max_block_bytes,
-                         std::size_t record_slots,
-                         stream_markers markers,
-                         std::uint64_t stale_after_ns)
-  : cap_{cap_bytes},
-    id_{next_cache_id.fetch_add(1, std::memory_order_relaxed)},
-    markers_{markers},
-    epoch_began_ns_{steady_ns()},
-    stale_after_ns_{stale_after_ns}
+void request_reclaim(std::weak_ptr<front_cache> cache) noexcept
 {
-  if (cap_bytes == 0) {
-    throw std::invalid_argument{
-      "asyncmr: a front cache cap of 0 bytes means no cache; construct none"};
+  auto& s = reclaimer();
+  try {
+    std::lock_guard lock{s.mutex};
+    if (s.exiting) { return; }
+    // Compared by owner, never locked: a strong reference made here could become a cache's
+    // last and run its end (which lets the GIL go) under this mutex.
+    for (auto const& queued : s.queue) {
+      if (!queued.owner_before(cache) && !cache.owner_before(queued)) { return; }  // asked for
+    }
+    // The thread first: a request queued for a thread that failed to start would stay queued,
+    // and refuse every later request of its cache as already made.
+    if (!s.started) {
+      std::thread{reclaimer_loop}.detach();
+      s.started = true;
+      std::atexit(stop_reclaimer);
+    }
+    s.queue.push_back(std::move(cache));
+    s.wake.notify_one();
+  } catch (...) {  // NOLINT(bugprone-empty-catch): no thread or no memory: the blocks wait
   }
-  if (cap_bytes < min_class_bytes || cap_bytes > max_cap) {
-    throw std::invalid_argument{"asyncmr: front cache cap " + std::to_string(cap_bytes) +
-                                " bytes is outside [256 B, 1 PiB]"};
+}
+
+free_result free_to_pool(mem_pool const& pool, void* ptr, cudaStream_t stream) noexcept
+{
+  auto const status = pool.deallocate_async(ptr, stream);
+  return status == cudaSuccess ? free_result{}
+                               : free_result{free_status::driver_refused, status, 0};
+}
+
+void* allocate_giving_caches_back(mem_pool const& pool, std::size_t bytes, cudaStream_t stream)
+{
+  caches_given_back given;
+  try {
+    return pool.allocate_async(bytes, stream);
+  } catch (rmm::out_of_memory const& e) {
+    // A cache must never be the reason an allocation fails: the caches on this pool may hold
+    // what it needs.
+    given = release_caches_of(pool.handle_or_null(), nullptr);
+    if (given.caches == 0) {
+      throw rmm::out_of_memory{std::string{e.what()} +
+                               "; front caches on this pool: none to give memory back"};
+    }
   }
-  if (max_block_bytes == 0) {
-    max_block_bytes = std::max(min_class_bytes, std::min(default_max_block, cap_bytes / 8));
-  } else if (max_block_bytes < min_class_bytes || max_block_bytes > max_block_limit ||
-             max_block_bytes > cap_bytes) {
-    throw std::invalid_argument{"asyncmr: front cache max_block " +
-                                std::to_string(max_block_bytes) + " bytes is outside [256 B, " +
-                                "min(cap = " + std::to_string(cap_bytes) + " B, 64 MiB)]"};
+  try {
+    return pool.allocate_async(bytes, stream);
+  } catch (rmm::out_of_memory const& again) {
+    throw rmm::out_of_memory{std::string{again.what()} + "; front caches on this pool: " +
+                             std::to_string(given.blocks) + " cached blocks given back, still short"};
   }
-  if (record_slots > (std::size_t{1} << 30)) {
-    throw std::invalid_argument{"asyncmr: front cache record of " + std::to_string(record_slots) +
-                                " slots is above 2^30"};
+}
+
+caches_given_back release_caches_of(cudaMemPool_t pool, front_cache const* except) noexcept
+{
+  // The weak pointers are copied under the lock and locked after it: a cache whose last owner
+  // goes meanwhile is destroyed here, and its destruction (which lets the GIL go and takes it
+  // back) must not run under the registry's spin lock, which a thread holding the GIL may be
+  // spinning on.
+  std::vector<std::weak_ptr<front_cache>> all;
+  auto& r = registry();
+  r.lock.lock();
+  try {
+    all = r.caches;
+  } catch (...) {  // NOLINT(bugprone-empty-catch): no host memory: nothing to ask
   }
-  max_block_ = largest_class_at_most(max_block_bytes);
-  chunk_     = std::clamp(cap_bytes / 16, min_class_bytes, default_max_block);
-  available_.store(cap_bytes, std::memory_order_relaxed);
-  charged_high_.store(0, std::memory_order_relaxed);
-  std::size_t const n = record_size(cap_bytes, record_slots);
-  slots_.reset(new std::atomic<std::uint64_t>[n]);
-  for (std::size_t i = 0; i < n; ++i) { slots_[i].store(0, std::memory_order_relaxed); }
-  slot_mask_ = n - 1;
+  r.lock.unlock();
+  caches_given_back given;
+  for (auto const& weak : all) {
+    auto const c = weak.lock();
+    if (!c || c.get() == except || c->made_for() != pool) { continue; }
+    std::size_t const before = c->stats().cached_blocks;
+    if (c->release() == cudaSuccess) {
+      ++given.caches;
+      given.blocks += before;
+    }
+  }
+  return given;
+}
+
+namespace {
+
+// Whether a call on `stream` joins a capture (a graph's allocation or free, never the cache's),
+// or cannot be told; the legacy stream is not asked (see legacy_stream).
+bool in_capture(cudaStream_t stream) noexcept
+{
+  return !legacy_stream(stream) && stream_capturing(stream);
+}
+
+// A miss on the legacy stream while a blocking stream captures: the pool's allocation there
+// would fail and invalidate that capture; refused before it is asked (hits need no call).
+void refuse_if_legacy_closed(cudaStream_t stream, std::size_t bytes)
+{
+  if (!legacy_stream(stream)) { return; }
+  if (auto const error = legacy_stream_open(stream); error != cudaSuccess) {
+    throw unsupported_error{
+      "asyncmr: cannot allocate " + std::to_string(bytes) +
+      " bytes on the legacy default stream now: the front cache holds no block of that size for "
+      "it, and CUDA refuses any call there while a blocking stream captures (" +
+      cudaGetErrorName(error) +
+      "). Allocate on a created stream, or before the capture. Every capture is still valid."};
+  }
+}
+
+}  // namespace
+
+// ---- front_cache ----------------------------------------------------------------------------
+
+std::shared_ptr<front_cache> front_cache::make(mem_pool pool,
+                                                 std::size_t cap,
+                                                 std::optional<int> device)
+{
+  auto cache = std::make_shared<front_cache>(std::move(pool), cap, device);
+  register_cache(cache);
+  return cache;
+}
+
+release_stream::release_stream(std::optional<int> device)
+{
+  relaxed_capture_guard guard;
+  active_context_scope context{device};
+  try {
+    ASYNCMR_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  } catch (...) {
+    destroy();
+    throw;
+  }
+  if (stream_key key{}; stream_key_of(cudaStreamLegacy, key)) {
+    legacy        = key;
+    this->context = current_context();
+  }
+}
+
+void release_stream::destroy() noexcept
+{
+  relaxed_capture_guard guard;
+  // The destroy returns at once, but compute-sanitizer's memcheck waits there for the stream's
+  // work, which may wait for a stream where a Python host function waits for the GIL (a resource
+  // dropped with one queued behind a kernel then hangs with the GIL held). So this counts as a
+  // wait.
+  blocking_region wait;
+  if (stream != nullptr) { clear_own_error(cudaStreamDestroy(stream)); }
+  stream = nullptr;
+}
+
+front_cache::front_cache(mem_pool pool, std::size_t cap, std::optional<int> device)
+  : pool_{std::move(pool)},
+    made_for_{pool_.handle_or_null()},
+    device_{device},
+    release_{device},
+    cache_{cap,
+           0,
+           0,
+           stream_markers{&release_, &mark_stream, &order_release, &destroy_marker},
+           stale_after_ns}
+{
 }
 
 front_cache::~front_cache()
 {
-  if (markers_.destroy == nullptr) { return; }
-  for (auto const& b : buckets_) {
-    if (b->marker != nullptr) { markers_.destroy(markers_.context, b->marker); }
-  }
+  // Nothing here waits: the frees are queued on the release stream, behind the streams that used
+  // the blocks, and a destroyed stream's queued work still runs (as does an owned pool's: it is
+  // parked, not destroyed, while blocks are out). A failure (at process exit the driver may be
+  // gone) frees nothing: the blocks stay allocated. Nothing is logged: RMM's logger may already
+  // be gone.
+  relaxed_capture_guard guard;
+  // The last owner may be any thread (the reclaimer's too): as in release(), the cache's
+  // device's context is current for every call here and, through ending_, for the members'
+  // destruction after it.
+  ending_.emplace(device_);
+  if (cache_.held_blocks() != 0) { free_in_release_order(false); }
 }
 
-// ---- lookup ---------------------------------------------------------------------------------
-
-front_cache::bucket* front_cache::find(stream_key stream) noexcept
+std::size_t front_cache::free_in_release_order(bool stale) noexcept
 {
-  unsigned const s = first_tls_slot(id_, stream);
-  for (unsigned w = 0; w < tls_ways; ++w) {
-    auto const& e = t_lookup.entries[(s + w) % tls_slots];
-    if (e.cache_id == id_ && e.key == stream) { return static_cast<bucket*>(e.bucket); }
-  }
-  return find_slow(stream);
-}
-
-front_cache::bucket* front_cache::spare_or_new(stream_key stream) noexcept
-{
-  // Caller holds the registry lock. Lock order registry -> bucket holds everywhere; nobody waits
-  // for the registry while holding a bucket.
-  bucket* b = nullptr;
-  if (!spare_.empty()) {
-    b = spare_.back();
-    spare_.pop_back();
-  } else if (buckets_.size() >= recycle_after) {
-    for (std::size_t n = 0; n < recycle_scan && b == nullptr; ++n) {
-      bucket* const c = buckets_[recycle_cursor_++ % buckets_.size()].get();
-      lock_scope const g{c->lock};
-      if (c->bound && c->blocks == 0 && c->parked_blocks == 0) {
-        unbind(*c);
-        b = c;
-      }
-    }
-  }
-  if (b == nullptr) {
-    try {
-      buckets_.reserve(buckets_.size() + 1);
-      spare_.reserve(buckets_.size() + 1);  // so unbinding a bucket never allocates
-      buckets_.push_back(std::make_unique<bucket>());
-    } catch (...) {
-      return nullptr;  // out of host memory: a miss / a refusal
-    }
-    b = buckets_.back().get();
-  }
-  lock_scope const g{b->lock};
-  b->key   = stream;
-  b->bound = true;
-  b->grant = 0;
-  b->seen  = epoch_.load(std::memory_order_relaxed);
-  return b;
-}
-
-void front_cache::unbind(bucket& b) noexcept
-{
-  // Caller holds the registry lock and b.lock; b holds no block.
-  by_key_.erase(b.key);
-  available_.fetch_add(b.credit, std::memory_order_relaxed);
-  b.credit = 0;
-  b.grant  = 0;
-  b.bound  = false;
-}
-
-void front_cache::retire(bucket& b) noexcept
-{
-  // Caller holds the registry lock and b.lock; b holds no block.
-  unbind(b);
-  spare_.push_back(&b);  // spare_ holds room for every bucket (reserved as one is made)
-}
-
-front_cache::bucket* front_cache::find_slow(stream_key stream) noexcept
-{
-  bucket* found = nullptr;
-  {
-    lock_scope const registry{registry_lock_};
-    if (auto const it = by_key_.find(stream); it != by_key_.end()) {
-      found = it->second;
-    } else {
-      // The map's entry first, a bucket bound to the stream only after: once bound, another
-      // thread whose own table still names that bucket for this stream (from before it went
-      // idle and to the spares) may put a block into it, so nothing may fail and unbind it
-      // after that. Out of host memory: a miss / a refusal (rule 5), nothing bound.
-      decltype(by_key_)::iterator entry;
-      try {
-        by_key_.reserve(by_key_.size() + 1);
-        entry = by_key_.try_emplace(stream, nullptr).first;
-      } catch (...) {
-        return nullptr;
-      }
-      found = spare_or_new(stream);  // allocates nothing once a bucket exists to bind
-      if (found == nullptr) {
-        by_key_.erase(entry);
-        return nullptr;
-      }
-      entry->second = found;
-    }
-  }
-  unsigned const s = first_tls_slot(id_, stream);
-  auto& table      = t_lookup;
-  auto& victim     = table.entries[(s + table.next_victim++ % tls_ways) % tls_slots];
-  victim           = tls_entry{id_, stream, found};
-  return found;
-}
-
-namespace {
-
-// Finds and locks the bound bucket of `stream`, or nullptr (out of host memory). A
-// thread-local entry may point to a bucket since unbound or bound to another stream: the key,
-// checked under the bucket's lock, tells.
-template <class Bucket, class Find>
-Bucket* lock_bucket(std::uint64_t cache_id, stream_key stream, Find&& find) noexcept
-{
-  for (;;) {
-    Bucket* b = find(stream);
-    if (b == nullptr) { return b; }
-    b->lock.lock();
-    if (b->bound && b->key == stream) { return b; }
-    b->lock.unlock();
-    forget_entry(cache_id, stream);
-  }
-}
-
-}  // namespace
-
-// ---- the budget -----------------------------------------------------------------------------
-
-bool front_cache::reserve(bucket& b, std::size_t need) noexcept
-{
-  std::size_t const missing = need - b.credit;
-  std::size_t const want    = std::max(missing, b.grant);
-  std::size_t cur           = available_.load(std::memory_order_relaxed);
-  std::size_t got           = 0;
-  do {
-    if (cur < missing) { return false; }
-    got = std::min(cur, want);
-  } while (!available_.compare_exchange_weak(cur, cur - got, std::memory_order_relaxed));
-  b.credit += got;
-  b.grant = std::min(chunk_, std::max(2 * b.grant, min_class_bytes));
-  std::size_t const charged = cap_ - (cur - got);
-  std::size_t high          = charged_high_.load(std::memory_order_relaxed);
-  while (high < charged &&
-         !charged_high_.compare_exchange_weak(high, charged, std::memory_order_relaxed)) {}
-  return true;
-}
-
-void front_cache::give_back_excess(bucket& b) noexcept
-{
-  std::size_t const keep = std::max(2 * b.grant, min_class_bytes);
-  if (b.credit > keep) {
-    std::size_t const excess = b.credit - b.grant;
-    b.credit -= excess;
-    available_.fetch_add(excess, std::memory_order_relaxed);
-  }
-}
-
-void front_cache::reclaim_idle_credit(bucket const* except) noexcept
-{
-  // try_lock: a busy bucket is in use anyway.
-  lock_scope const registry{registry_lock_};
-  for (auto const& b : buckets_) {
-    if (b.get() == except || !b->lock.try_lock()) { continue; }
-    available_.fetch_add(b->credit, std::memory_order_relaxed);
-    b->credit = 0;
-    b->lock.unlock();
-  }
-}
-
-// ---- the hot path ---------------------------------------------------------------------------
-
-void* front_cache::take(stream_key stream, std::size_t bytes) noexcept
-{
-  auto const find_ = [this](stream_key k) { return find(k); };
-  bucket* const b  = lock_bucket<bucket>(id_, stream, find_);
-  if (b == nullptr) { return nullptr; }
-  b->seen = epoch_.load(std::memory_order_relaxed);
-  if (bytes == 0 || bytes > max_block_) {
-    ++b->misses;
-    b->lock.unlock();
-    return nullptr;
-  }
-  std::size_t const idx = class_index(bytes);
-  auto& list            = b->free[idx];
-  if (list.empty()) {
-    ++b->misses;
-    b->lock.unlock();
-    return nullptr;
-  }
-  record_slot* const slot = list.back();
-  list.pop_back();
-  std::size_t const c = class_table[idx];
-  b->cached -= c;
-  --b->blocks;
-  b->credit += c;
-  ++b->hits;
-  give_back_excess(*b);
-  // Handed out again. Only this bucket lists the block, and its lock is held: a plain store.
-  std::uint64_t const v = slot->load(std::memory_order_acquire);
-  slot->store(v & ~cached_bit, std::memory_order_release);
-  b->lock.unlock();
-  return address_in(v);
-}
-
-put_result front_cache::put(stream_key stream, void* ptr, std::size_t bytes, void* handle) noexcept
-{
-  if (ptr == nullptr || bytes == 0 || bytes > max_block_) {
-    auto const [slot, v] = ptr == nullptr ? record_view{nullptr, 0} : find_record(ptr);
-    if (slot != nullptr && class_of(v) == graph_class) { return {put_status::graph, 0}; }
-    // A recorded block freed with an uncacheable size: the record knows better (a cached one is
-    // a second free, whatever size it names).
-    std::size_t const rec = slot == nullptr ? 0 : class_bytes(class_of(v));
-    bool const twice      = slot != nullptr && (v & cached_bit) != 0;
-    if (auto* const b = lock_bucket<bucket>(id_, stream, [this](stream_key k) { return find(k); })) {
-      ++(twice ? b->refused_double_free
-               : rec != 0 ? b->refused_wrong_size : b->refused_uncacheable);
-      b->lock.unlock();
-    }
-    return {twice ? put_status::already_cached
-                  : rec != 0 ? put_status::wrong_size : put_status::uncacheable,
-            rec};
-  }
-  std::size_t const idx = class_index(bytes);
-  std::size_t const c   = class_table[idx];
-  auto const [slot, v]  = find_record(ptr);  // one load: the slot may change under us
-  if (slot != nullptr && class_of(v) == graph_class) { return {put_status::graph, 0}; }
-  auto const find_      = [this](stream_key k) { return find(k); };
-  bucket* b             = lock_bucket<bucket>(id_, stream, find_);
-  if (b == nullptr) {
-    // No bucket (no host memory): the block goes to the pool, so the record answers and lets
-    // go of it as for a free that bypasses the cache (a second free and a wrong size refused).
-    put_result const r = unrecord(ptr, bytes);
-    if (r.status == put_status::refused) {
-      bucketless_no_memory_.fetch_add(1, std::memory_order_relaxed);
-    }
-    return r;
-  }
-  b->seen = epoch_.load(std::memory_order_relaxed);
-  if (slot == nullptr) {
-    ++b->refused_not_recorded;
-    b->lock.unlock();
-    return {put_status::not_recorded, 0};
-  }
-  std::size_t const rec = class_table[class_of(v)];
-  if ((v & cached_bit) != 0) {
-    ++b->refused_double_free;
-    b->lock.unlock();
-    return {put_status::already_cached, rec};
-  }
-  if (class_of(v) != idx) {
-    ++b->refused_wrong_size;
-    b->lock.unlock();
-    return {put_status::wrong_size, rec};
-  }
-  auto const refuse = [&](std::uint64_t bucket::*counter) noexcept -> put_result {
-    if (counter != nullptr) { ++(b->*counter); }
-    b->lock.unlock();
-    // Only the cap's refusals are pressure (note_pressure): an unmarkable stream or no host
-    // memory says nothing of what a stale reclaim would free room for.
-    if (counter == &bucket::refused_cap) {
-      refused_since_hint_.fetch_add(1, std::memory_order_relaxed);
-    }
-    // Back to the pool: the record forgets it first. A concurrent second free that cached it
-    // meanwhile wins; then the caller must not free it.
-    std::uint64_t expected = v;
-    if (slot->compare_exchange_strong(expected, 0, std::memory_order_acq_rel)) {
-      recorded_.fetch_sub(1, std::memory_order_relaxed);
-      return {put_status::refused, rec};
-    }
-    return {put_status::already_cached, rec};
+  // Callers hold a relaxed_capture_guard (none of this may refuse because of a capture
+  // elsewhere: a stream-ordered wait and free, neither on a capturing stream) and have made the
+  // cache's device's context current (release, reclaim_stale, the destructor). The front cache
+  // parks and hands the blocks over under its release lock (block_cache::release).
+  auto free = [this](stream_key, void* p, std::size_t) noexcept {
+    // A free that failed leaves the block in the cache.
+    return pool_.deallocate_async(p, release_.stream) == cudaSuccess;
   };
-  if (b->credit < c && !reserve(*b, c)) {
-    // Idle credit of other buckets is looked for once every few refusals, not on each (a scan
-    // of every bucket). Never wait for the registry while holding a bucket.
-    if (refusals_.fetch_add(1, std::memory_order_relaxed) % pressure_window != 0) {
-      return refuse(&bucket::refused_cap);
-    }
-    b->lock.unlock();
-    reclaim_idle_credit(b);
-    b = lock_bucket<bucket>(id_, stream, find_);
-    if (b == nullptr) {  // no host memory for the bucket's lookup this time
-      if (!forget(ptr)) { return {put_status::already_cached, rec}; }
-      bucketless_no_memory_.fetch_add(1, std::memory_order_relaxed);
-      return {put_status::refused, rec};
-    }
-    if (b->credit < c && !reserve(*b, c)) { return refuse(&bucket::refused_cap); }
+  return stale ? cache_.reclaim_stale(free) : cache_.release(free);
+}
+
+cudaError_t front_cache::release() noexcept
+{
+  relaxed_capture_guard guard;
+  // Parking makes the release stream wait for each stream's marker: a runtime call that, on a
+  // thread with no current context (the reclaimer's, a Dask worker's), would make one on
+  // device 0. The cache's device's context, when active, is made current instead.
+  active_context_scope context{device_};
+  free_in_release_order(false);
+  // So that the memory is the pool's again when this returns (a trim or an allocation right
+  // after sees it unused): waits for the work the blocks' streams had queued before their frees.
+  // Also when this call freed nothing itself: the front cache's release returns only once every
+  // block parked before it was handed to a free (the reclaimer's or another release's), queued
+  // on the same stream.
+  blocking_region wait;
+  return cudaStreamSynchronize(release_.stream);
+}
+
+void front_cache::reclaim_stale() noexcept
+{
+  relaxed_capture_guard guard;
+  active_context_scope context{device_};  // this runs on the reclaimer's thread: as release()
+  free_in_release_order(true);
+}
+
+bool front_cache::key_for(cudaStream_t stream, stream_key& key) const noexcept
+{
+  // The legacy stream of the context the cache was made in has the key taken then: asked of the
+  // driver while a blocking stream captures, that question is refused as well
+  // (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: docs/DRIVER_FACTS.md), and a hit
+  // on it then needs no driver call at all. The context is the cache's as long as the cache
+  // lives: its release stream is in it.
+  if (legacy_stream(stream) && release_.legacy && release_.context != nullptr &&
+      current_context() == release_.context) {
+    key = *release_.legacy;
+    return true;
   }
-  // The stream's order, captured before the block can be seen (see "Markers"). A capturing
-  // stream's free is the graph's: it goes to the pool, as a free that bypasses the cache.
-  if (markers_.mark != nullptr) {
-    switch (markers_.mark(markers_.context, b->marker, handle)) {
-      case mark_result::marked: break;
-      case mark_result::unmarkable: return refuse(&bucket::refused_unmarked);
-      case mark_result::capturing: return refuse(nullptr);
-    }
+  return stream_key_of(stream, key);
+}
+
+void* front_cache::allocate(cudaStream_t stream, std::size_t bytes, bool* hit)
+{
+  if (in_capture(stream)) {
+    // A graph allocation node: the graph owns the block (its address comes back at every
+    // launch). Noted as the graph's, never recorded as the cache's: it never enters the cache,
+    // and its frees go to the driver without the foreign-pointer question. The note needs no
+    // host memory, so nothing after the allocation can throw and leak it.
+    void* const ptr = pool_.allocate_async(bytes, stream);
+    cache_.record_graph(ptr);
+    return ptr;
   }
+  std::size_t const cls = cache_.class_size(bytes);
+  if (cls == 0) {
+    refuse_if_legacy_closed(stream, bytes);
+    return allocate_giving_caches_back(pool_, bytes, stream);
+  }
+  stream_key key{};
+  if (!key_for(stream, key)) {
+    refuse_if_legacy_closed(stream, bytes);
+    return pool_.allocate_async(bytes, stream);
+  }
+  if (pool_.closed()) {
+    throw pool_closed_error{"asyncmr: allocating from a memory pool that was closed"};
+  }
+  if (void* ptr = cache_.take(key, bytes)) {
+    if (hit != nullptr) { *hit = true; }
+    return ptr;
+  }
+  refuse_if_legacy_closed(stream, bytes);
+  void* ptr = nullptr;
   try {
-    b->free[idx].push_back(slot);
-  } catch (...) {
-    return refuse(&bucket::refused_no_memory);  // no host memory for the list
+    ptr = pool_.allocate_async(cls, stream);
+  } catch (rmm::out_of_memory const& e) {
+    // A cache must never be the reason an allocation fails: this stream's blocks go back in its
+    // own order (no wait), then every cache on the pool (release: the release streams).
+    std::size_t given = cache_.drain_stream(key, [this, stream](stream_key, void* p, std::size_t) noexcept {
+      return pool_.deallocate_async(p, stream) == cudaSuccess;
+    });
+    try {
+      if (given != 0) { ptr = pool_.allocate_async(cls, stream); }
+    } catch (rmm::out_of_memory const&) {  // NOLINT(bugprone-empty-catch): try the others
+    }
+    if (ptr == nullptr) {
+      // Retried after any release that waited: one also waits for frees queued before it (by
+      // the reclaimer, or a release on another thread) whose blocks the cache no longer counts.
+      std::size_t const before = cache_.stats().cached_blocks;
+      bool const own_released  = release() == cudaSuccess;
+      if (own_released) { given += before; }
+      auto const others = release_caches_of(pool_.handle_or_null(), this);
+      given += others.blocks;
+      try {
+        if (own_released || others.caches != 0) { ptr = pool_.allocate_async(cls, stream); }
+      } catch (rmm::out_of_memory const& again) {
+        auto const s = cache_.stats();
+        throw rmm::out_of_memory{std::string{again.what()} + "; front cache: cached " +
+                                 human_bytes(s.cached_bytes) + " after giving " +
+                                 std::to_string(given) + " blocks back to the pool"};
+      }
+      if (ptr == nullptr) {
+        auto const s = cache_.stats();
+        throw rmm::out_of_memory{std::string{e.what()} + "; front cache: cached " +
+                                 human_bytes(s.cached_bytes) + " (nothing to give back)"};
+      }
+    }
   }
-  std::uint64_t expected = v;
-  if (!slot->compare_exchange_strong(expected, v | cached_bit, std::memory_order_acq_rel)) {
-    // Another thread freed the same block at the same time (a double free) and won.
-    b->free[idx].pop_back();
-    ++b->refused_double_free;
-    b->lock.unlock();
-    return {put_status::already_cached, rec};
-  }
-  b->credit -= c;
-  b->cached += c;
-  ++b->blocks;
-  b->lock.unlock();
-  return {put_status::cached, c};
+  static_cast<void>(cache_.record(ptr, bytes));  // unrecorded: simply never cached
+  return ptr;
 }
 
-bool front_cache::epoch_younger_than_stale() const noexcept
+free_result front_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t bytes) noexcept
 {
-  if (stale_after_ns_ == 0) { return false; }
-  // The start first, then the clock: read the other way round, a start stored in between is
-  // later than the clock and the difference wraps to "old".
-  std::uint64_t const began = epoch_began_ns_.load(std::memory_order_acquire);
-  std::uint64_t const now   = steady_ns();
-  return now < began || now - began < stale_after_ns_;
-}
-
-bool front_cache::note_pressure() noexcept
-{
-  std::uint64_t n = refused_since_hint_.load(std::memory_order_relaxed);
-  if (n < pressure_window) { return false; }
-  // A young epoch: its refusals stay counted, and the first one after it ages asks.
-  if (epoch_younger_than_stale()) { return false; }
-  return refused_since_hint_.compare_exchange_strong(n, 0, std::memory_order_relaxed);
+  if (ptr == nullptr) { return {}; }
+  // A free on the legacy stream sets its marker there (its order covers every blocking stream's
+  // earlier work: see "Markers"), which a capture on a blocking stream forbids: refused first, as
+  // CUDA refuses the free itself then, but without breaking that capture. Nothing changed.
+  if (legacy_stream(stream)) {
+    if (auto const error = legacy_stream_open(stream); error != cudaSuccess) {
+      return {free_status::driver_refused, error, 0};
+    }
+  }
+  // Inside a capture (the free becomes a node of the graph, run at every launch), on a stream
+  // the driver cannot name, or after the pool was closed (it is parked until its blocks are
+  // back, and hits are refused anyway), a block goes to the pool, never into the cache. The
+  // record is asked first all the same: a block it holds as cached (a second free) or at
+  // another class is refused there as here, before the driver is asked anything. Whether the
+  // stream captures is asked after the put's record (mark_stream), which a capture begun at any
+  // moment before it cannot escape; the put is then refused.
+  stream_key key{};
+  bool const into_cache = !pool_.closed() && key_for(stream, key);
+  if (auto const hook = testing_put_hook.load(std::memory_order_relaxed); hook && into_cache) {
+    hook(stream);
+  }
+  put_result const put =
+    into_cache ? cache_.put(key, ptr, bytes, stream) : cache_.unrecord(ptr, bytes);
+  // A block the record let go of is the pool's only once the driver takes its free.
+  auto const to_pool = [&] {
+    auto const result = free_to_pool(pool_, ptr, stream);
+    if (!result.ok()) {
+      if (put.status == put_status::graph) {
+        cache_.record_graph(ptr);
+      } else {
+        static_cast<void>(cache_.record(ptr, bytes));
+      }
+    }
+    return result;
+  };
+  switch (put.status) {
+    case put_status::cached: return {free_status::freed, cudaSuccess, 0, true};
+    case put_status::refused:
+      if (into_cache && cache_.note_pressure()) { request_reclaim(weak_from_this()); }
+      return to_pool();
+    case put_status::wrong_size: return {free_status::wrong_size, cudaSuccess, put.recorded_bytes};
+    case put_status::already_cached:
+      return {free_status::already_free, cudaSuccess, put.recorded_bytes};
+    case put_status::graph: return into_cache ? free_to_pool(pool_, ptr, stream) : to_pool();
+    case put_status::uncacheable:
+    case put_status::not_recorded: break;
+  }
+  // Not a block the cache handed out (an uncacheable size, a block of an uncached sibling, one the
+  // record had no room for): the pool's, unless the driver names another pool. Memory that no
+  // pool handed out names none, and the driver judges its free.
+  // Compared with the handle the pool had when the cache was made: a closed pool has none now,
+  // and its blocks must still be taken (it is destroyed once they are).
+  if (auto const owner = pool_of_pointer(ptr); owner && *owner != nullptr && *owner != made_for_) {
+    return {free_status::not_this_resource, cudaSuccess, 0};
+  }
+  return free_to_pool(pool_, ptr, stream);
 }
 
 }  // namespace asyncmr::detail
+
+void asyncmr::testing::set_put_hook(void (*hook)(cudaStream_t) noexcept) noexcept
+{
+  detail::testing_put_hook.store(hook, std::memory_order_relaxed);
+}

@@ -522,3 +522,7 @@ history_ring::handle history_owner::stop() noexcept
 }
 
 }  // namespace asyncmr::detail
+
+std::uint64_t asyncmr::last_history_event() noexcept { return detail::history_last_event(); }
+
+void asyncmr::forget_last_history_event() noexcept { detail::history_forget_last_event(); }

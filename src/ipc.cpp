@@ -83,7 +83,7 @@ mem_pool mem_pool::import_fd(int fd, asyncmr::location location, allocation_type
     throw std::invalid_argument{"asyncmr: a pool file descriptor is >= 0, got " +
                                 std::to_string(fd)};
   }
-  detail::validate_combination(location, type, false);
+  validate_combination(location, type, false);
   require_cuda();
   cudaMemPool_t h = nullptr;
   {

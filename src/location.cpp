@@ -110,6 +110,9 @@ void check_host_numa_node(int node, char const* what)
 #endif
 }
 
+
+}  // namespace detail
+
 void validate_combination(location const& loc, allocation_type type, bool for_create)
 {
   auto refuse = [&](char const* why) {
@@ -139,7 +142,7 @@ void validate_combination(location const& loc, allocation_type type, bool for_cr
       break;
   }
   if (loc.kind == location_kind::host_numa) {
-    check_host_numa_node(loc.id, (std::string{to_string(type)} + " memory at " +
+    detail::check_host_numa_node(loc.id, (std::string{to_string(type)} + " memory at " +
                                   loc.to_string()).c_str());
   }
   if (for_create && loc.kind == location_kind::host_numa_current) {
@@ -148,5 +151,4 @@ void validate_combination(location const& loc, allocation_type type, bool for_cr
   }
 }
 
-}  // namespace detail
 }  // namespace asyncmr

@@ -55,17 +55,25 @@ std::shared_ptr<pool_state> view_state(cudaMemPool_t handle, location where, all
   return state;
 }
 
+// A pool's reserved and used bytes, asked of the driver in one relaxed-capture section.
+std::optional<pool_usage> usage_of(cudaMemPool_t h) noexcept
+{
+  pool_usage u{};
+  relaxed_capture_guard guard;
+  auto const a = cudaMemPoolGetAttribute(h, cudaMemPoolAttrReservedMemCurrent, &u.reserved);
+  auto const b = cudaMemPoolGetAttribute(h, cudaMemPoolAttrUsedMemCurrent, &u.used);
+  clear_own_error(a);
+  clear_own_error(b);
+  if (a != cudaSuccess || b != cudaSuccess) { return std::nullopt; }
+  return u;
+}
+
 // What the pool holds, for an out-of-memory message: "pool: reserved X MiB, used Y MiB".
 std::string describe_usage(cudaMemPool_t h)
 {
-  std::uint64_t reserved = 0, used = 0;
-  relaxed_capture_guard guard;
-  auto const a = cudaMemPoolGetAttribute(h, cudaMemPoolAttrReservedMemCurrent, &reserved);
-  auto const b = cudaMemPoolGetAttribute(h, cudaMemPoolAttrUsedMemCurrent, &used);
-  clear_own_error(a);
-  clear_own_error(b);
-  if (a != cudaSuccess || b != cudaSuccess) { return "pool: usage unknown"; }
-  return "pool: reserved " + human_bytes(reserved) + ", used " + human_bytes(used);
+  auto const u = usage_of(h);
+  if (!u) { return "pool: usage unknown"; }
+  return "pool: reserved " + human_bytes(u->reserved) + ", used " + human_bytes(u->used);
 }
 
 [[noreturn]] void throw_allocation_error(cudaError_t error,
@@ -244,7 +252,7 @@ mem_pool mem_pool::from_handle(cudaMemPool_t handle,
   if (handle == nullptr) { throw std::invalid_argument{"asyncmr: pool handle is null (0)"}; }
   // A combination CUDA is known to refuse is named before the driver is looked for (as create
   // and import_fd do).
-  if (location && type) { detail::validate_combination(*location, *type, false); }
+  if (location && type) { validate_combination(*location, *type, false); }
   require_cuda();
   // What asyncmr knows of this handle now (not its history: the driver reuses handle values,
   // so a handle asyncmr once destroyed may be another library's live pool today).
@@ -347,6 +355,17 @@ std::optional<allocation_type> mem_pool::type() const
 }
 
 std::optional<pool_properties> mem_pool::properties() const { return state_->props; }
+
+std::optional<pool_usage> mem_pool::usage() const noexcept
+{
+  if (state_->imported) { return std::nullopt; }  // an import answers no attribute
+  try {
+    detail::pool_use const use{*state_};  // closed: refused here
+    return detail::usage_of(use.handle());
+  } catch (...) {
+    return std::nullopt;
+  }
+}
 
 void* mem_pool::allocate_async(std::size_t bytes, cudaStream_t stream) const
 {

@@ -9,13 +9,14 @@
 #include <asyncmr/placement.hpp>
 
 #include "detail/placement.hpp"
-#include "detail/stream_cache.hpp"
+#include "detail/front_cache.hpp"
 #include "detail/stream_queries.hpp"
 
 #include <asyncmr/detail/capture_mode.hpp>
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <iterator>
 #include <stdexcept>
 #include <cstdint>
@@ -91,6 +92,31 @@ cudaError_t discard_and_prefetch_async(void* ptr, std::size_t bytes, location to
 }
 
 }  // namespace detail
+
+namespace {
+
+std::atomic<std::uint64_t> refused_prefetches{0};
+
+}  // namespace
+
+std::uint64_t failed_prefetches() noexcept
+{
+  return refused_prefetches.load(std::memory_order_relaxed);
+}
+
+void allocation_placement::place(void* ptr, std::size_t bytes, cudaStream_t stream) const noexcept
+{
+  // A prefetch on a capturing stream invalidates the capture (docs/DRIVER_FACTS.md): a graph's
+  // allocation is not placed.
+  if (ptr == nullptr || detail::stream_capturing(stream)) { return; }
+  detail::relaxed_capture_guard guard;  // another thread's global capture: neither refused nor broken
+  cudaError_t const status = discard_ ? detail::discard_and_prefetch_async(ptr, bytes, to_, stream)
+                                      : detail::prefetch_async(ptr, bytes, to_, stream);
+  if (status != cudaSuccess) {
+    detail::clear_own_error(status);
+    refused_prefetches.fetch_add(1, std::memory_order_relaxed);
+  }
+}
 
 namespace {
 

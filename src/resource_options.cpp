@@ -9,14 +9,14 @@
 #include <asyncmr/capability.hpp>
 #include <asyncmr/detail/blocking.hpp>
 #include <asyncmr/detail/capture_mode.hpp>
-#include <asyncmr/detail/front_cache.hpp>
-#include <asyncmr/detail/pool_resource_base.hpp>
+#include <asyncmr/detail/block_cache.hpp>
+#include <asyncmr/pool_resource.hpp>
 #include <asyncmr/error.hpp>
 #include <asyncmr/placement.hpp>
 
 #include "detail/device_sync.hpp"
 #include "detail/placement.hpp"
-#include "detail/stream_cache.hpp"
+#include "detail/front_cache.hpp"
 
 #include <limits>
 #include <mutex>
@@ -88,7 +88,7 @@ void check_fields(allocation_type type, resource_options const& o, bool prefetch
     refuse_field(type, "accessible_from", "device pools are accessible from their device");
   }
   if (o.accessible_from) { require_distinct_devices(*o.accessible_from, "accessible_from"); }
-  if (o.cache != 0 && (o.cache < front_cache::min_class_bytes || o.cache > front_cache::max_cap)) {
+  if (o.cache != 0 && (o.cache < block_cache::min_class_bytes || o.cache > block_cache::max_cap)) {
     throw std::invalid_argument{"asyncmr: cache must be 0 (no cache) or a cap in [256 B, 1 PiB], "
                                 "got " + std::to_string(o.cache) + " bytes"};
   }
@@ -403,3 +403,10 @@ resolved_pool resolve_pool(allocation_type type, resource_options const& o, mem_
 }
 
 }  // namespace asyncmr::detail
+
+void asyncmr::check_resource_options(allocation_type type,
+                                     resource_options const& options,
+                                     bool prefetch_given)
+{
+  detail::check_fields(type, options, prefetch_given);
+}

@@ -3,7 +3,7 @@
  */
 #pragma once
 
-// What the C++ benchmark programs (pool_floor, cache_bench, front_cache_bench) share: medians and
+// What the C++ benchmark programs (pool_floor, cache_bench, block_cache_bench) share: medians and
 // percentiles of per-round values, option values and the --sizes list, JSON string escaping, and how a program
 // reports a failure (a failed CUDA call's text, the one-line JSON error document).
 

@@ -61,7 +61,7 @@
 #include "raw_pool_pairs.hpp"
 
 #include <asyncmr/asyncmr.hpp>
-#include <asyncmr/detail/front_cache.hpp>
+#include <asyncmr/detail/block_cache.hpp>
 #include <asyncmr/detail/history.hpp>
 
 #if defined(__x86_64__)
@@ -172,8 +172,8 @@ struct kind_subject {
   std::string kind;  // "pinned", "device", "managed"
   std::string resource;
   cudaMemPool_t pool{};
-  std::shared_ptr<asyncmr::detail::pool_resource_base> cached_keep;
-  std::shared_ptr<asyncmr::detail::pool_resource_base> plain_keep;
+  std::shared_ptr<asyncmr::pool_resource> cached_keep;
+  std::shared_ptr<asyncmr::pool_resource> plain_keep;
   std::optional<rmm::device_async_resource_ref> cached;
   std::optional<rmm::device_async_resource_ref> plain;
   std::string error;
@@ -234,7 +234,7 @@ constexpr std::pair<char const*, std::vector<double> way_rounds::*> round_series
 };
 
 /// A round of `resource` while it records its history (the ring holds the whole round).
-double recording_round(asyncmr::detail::pool_resource_base& resource,
+double recording_round(asyncmr::pool_resource& resource,
                        rmm::device_async_resource_ref ref,
                        cudaStream_t stream,
                        std::size_t bytes,
@@ -250,7 +250,7 @@ double recording_round(asyncmr::detail::pool_resource_base& resource,
 /// A cached round with what a recording adds to each event made beside the resource, not by it:
 /// a stamp before each allocate and each deallocate returns (`write`: and a ring write, into a
 /// fresh ring as large as recording_round's). What the recording costs above this is the
-/// resource's own bookkeeping (pool_resource_base::note); what this costs above the plain round
+/// resource's own bookkeeping (the history recorder); what this costs above the plain round
 /// is the stamps and writes in the company of the pair's driver calls, not alone ("calls").
 double beside_round(rmm::device_async_resource_ref ref,
                     cudaStream_t stream,
@@ -300,7 +300,7 @@ void fill_for_split(rmm::device_async_resource_ref ref, cudaStream_t stream, std
 /// cache (fill_for_split), timed, then their frees (each a put), timed on their own; `pairs`
 /// of each in all. ns per hit and per put; with `recording`, while `resource` records its
 /// history (a ring as large as recording_round's). The hit is what the history target names.
-std::pair<double, double> split_round(asyncmr::detail::pool_resource_base& resource,
+std::pair<double, double> split_round(asyncmr::pool_resource& resource,
                                       rmm::device_async_resource_ref ref,
                                       cudaStream_t stream,
                                       std::size_t bytes,
@@ -405,7 +405,7 @@ std::string cpu_model()
 
 // ---- b: the calls a hit makes --------------------------------------------------------------
 
-// The hit path asks the driver directly (src/stream_cache.cpp: through the runtime a stream
+// The hit path asks the driver directly (src/front_cache.cpp: through the runtime a stream
 // query costs ~50 ns here, the driver's entry point ~16 ns), so these time the same entry points.
 template <typename Fn>
 Fn driver_fn(char const* symbol, int version)
@@ -560,7 +560,7 @@ std::vector<call_rounds> measure_calls(cudaStream_t stream, params const& p)
   auto event_record = [stream](int calls) { event_record_calls(stream, calls); };
   auto stream_query = [stream](int calls) { stream_query_calls(stream, calls); };
   // The bare cache (no CUDA): a fake block under one key, so every take hits.
-  asyncmr::detail::front_cache cache{p.cache};
+  asyncmr::detail::block_cache cache{p.cache};
   void* const block = reinterpret_cast<void*>(std::uintptr_t{0x100000000});  // never dereferenced
   if (!cache.record(block, p.thread_bytes) ||
       cache.put(1, block, p.thread_bytes).status != asyncmr::detail::put_status::cached) {

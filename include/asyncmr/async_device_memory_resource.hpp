@@ -3,7 +3,7 @@
  */
 #pragma once
 
-#include <asyncmr/detail/pool_resource_base.hpp>
+#include <asyncmr/pool_resource.hpp>
 
 #include <cuda/memory_resource>
 
@@ -14,7 +14,7 @@ namespace asyncmr {
  * @brief Stream-ordered device memory from a device memory pool, with the same pool control
  * as the managed and pinned resources.
  */
-class async_device_memory_resource final : public detail::pool_resource_base {
+class async_device_memory_resource final : public pool_resource {
  public:
   /**
    * @brief Obtains the pool `options` name (default: the device's default pool, which

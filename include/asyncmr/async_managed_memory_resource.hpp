@@ -3,7 +3,7 @@
  */
 #pragma once
 
-#include <asyncmr/detail/pool_resource_base.hpp>
+#include <asyncmr/pool_resource.hpp>
 
 #include <cuda/memory_resource>
 
@@ -16,7 +16,7 @@ namespace asyncmr {
  * Memory is usable from the host and from every device that supports concurrent managed
  * access. Host code may touch a block only after the allocating stream reached the allocation.
  */
-class async_managed_memory_resource final : public detail::pool_resource_base {
+class async_managed_memory_resource final : public pool_resource {
  public:
   /**
    * @brief Obtains the pool `options` name (default: the device's default managed pool).

@@ -3,7 +3,7 @@
  */
 #pragma once
 
-#include <asyncmr/detail/pool_resource_base.hpp>
+#include <asyncmr/pool_resource.hpp>
 
 #include <cuda/memory_resource>
 
@@ -17,7 +17,7 @@ namespace asyncmr {
  * `accessible_from` (every visible device by default) so kernels can use the memory. Host code
  * may touch a block only after the allocating stream reached the allocation.
  */
-class async_pinned_memory_resource final : public detail::pool_resource_base {
+class async_pinned_memory_resource final : public pool_resource {
  public:
   /**
    * @brief Obtains the pool `options` name (default: the default host pinned pool: CUDA 13's,

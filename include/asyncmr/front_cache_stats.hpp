@@ -4,7 +4,7 @@
 #pragma once
 
 /// @file front_cache_stats.hpp
-/// @brief What a resource's front cache reports (`pool_resource_base::cache_stats()`).
+/// @brief What a resource's front cache reports (`pool_resource::cache_stats()`).
 
 #include <cstddef>
 #include <cstdint>

@@ -87,9 +87,6 @@ enum class pool_source : int {
 /// @brief "default", "current" or "new" (the Python spelling).
 [[nodiscard]] char const* to_string(pool_source source) noexcept;
 
-namespace detail {
-/// @brief The driver's allocation type for `type`.
-[[nodiscard]] cudaMemAllocationType to_cuda(allocation_type type);
 /**
  * @brief Throws `std::invalid_argument` if the driver is known to refuse `type` at `loc`
  * (device memory off a device, pinned memory on a device or nowhere). `for_create` adds the
@@ -97,6 +94,9 @@ namespace detail {
  */
 void validate_combination(location const& loc, allocation_type type, bool for_create);
 
+namespace detail {
+/// @brief The driver's allocation type for `type`.
+[[nodiscard]] cudaMemAllocationType to_cuda(allocation_type type);
 /**
  * @brief Throws `std::invalid_argument` naming `what` and the host's nodes unless the host has
  * NUMA node `node`, as Linux lists them (/sys/devices/system/node/node<N>; a kernel without NUMA

@@ -47,6 +47,12 @@ struct exported_pointer {
  */
 [[nodiscard]] exported_pointer export_pointer(void* ptr);
 
+/// @brief What a pool holds, read at one moment: bytes reserved from the system, and in use.
+struct pool_usage {
+  std::uint64_t reserved{};  ///< `pool_attribute::reserved_mem_current`
+  std::uint64_t used{};      ///< `pool_attribute::used_mem_current`
+};
+
 /// @brief Properties of a pool made by `mem_pool::create`.
 struct pool_properties {
   allocation_type type{allocation_type::device};               ///< what the pool hands out
@@ -124,6 +130,13 @@ class mem_pool {
   [[nodiscard]] std::optional<allocation_type> type() const;
   /// @brief Creation properties, for pools asyncmr created.
   [[nodiscard]] std::optional<pool_properties> properties() const;
+
+  /**
+   * @brief The pool's reserved and used bytes, read together in relaxed capture mode (safe
+   * while any stream captures). Nothing when the pool is closed or imported, or the driver
+   * cannot answer. Never throws.
+   */
+  [[nodiscard]] std::optional<pool_usage> usage() const noexcept;
 
   /**
    * @brief Allocates `bytes` bytes in stream order on `stream` (`cudaMallocFromPoolAsync`).

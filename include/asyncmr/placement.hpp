@@ -4,13 +4,16 @@
 #pragma once
 
 /// @file placement.hpp
-/// @brief Moving managed memory, in stream order: prefetch, discard, discard-and-prefetch.
+/// @brief Moving managed memory, in stream order: prefetch, discard, discard-and-prefetch; and a
+/// managed resource's placement of each allocation (`resource_options::prefetch`).
 
 #include <asyncmr/location.hpp>
 
 #include <cuda/stream>
+#include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
 namespace asyncmr {
@@ -82,5 +85,35 @@ void advise(std::span<memory_range const> ranges, memory_advice advice, location
 /// @brief True when this build of asyncmr can discard (`discard`, `discard_and_prefetch`): the
 /// CUDA 13 one.
 [[nodiscard]] bool can_discard() noexcept;
+
+/**
+ * @brief How many prefetches of new allocations (`resource_options::prefetch`) the driver
+ * refused since the process started; each left its allocation as it was.
+ */
+[[nodiscard]] std::uint64_t failed_prefetches() noexcept;
+
+/**
+ * @brief Where a managed resource places each allocation it hands out (`resource_options::
+ * prefetch` and `::discard`): the part of `pool_resource` that prefetches every new block to
+ * `target()` on its own stream, dropping its old contents first when `discards()`.
+ */
+class allocation_placement {
+ public:
+  /// @brief Places at `to` (checked by the caller: a device or the host); `discard`: drop the
+  /// old contents as they move (CUDA 13 build; a plain prefetch on the legacy stream).
+  allocation_placement(location to, bool discard) noexcept : to_{to}, discard_{discard} {}
+  [[nodiscard]] location target() const noexcept { return to_; }
+  [[nodiscard]] bool discards() const noexcept { return discard_; }
+  /**
+   * @brief Places the `bytes` bytes at `ptr` on `stream`. Nothing on a capturing stream (a
+   * prefetch there invalidates the capture: a graph's allocation is not placed); a refusal is
+   * counted in `failed_prefetches()` and leaves the block as it was. Never throws.
+   */
+  void place(void* ptr, std::size_t bytes, cudaStream_t stream) const noexcept;
+
+ private:
+  location to_;
+  bool discard_;
+};
 
 }  // namespace asyncmr

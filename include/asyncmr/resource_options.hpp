@@ -70,6 +70,19 @@ struct resource_options {
   bool discard{false};
 };
 
+/**
+ * @brief The checks of `options` for a resource handing out `type` memory that need no driver:
+ * fields such a resource takes no (a device for pinned memory, a location for device memory,
+ * ...), sizes, a managed location, NUMA nodes, `discard` without a prefetch target. The
+ * resources' constructors make them first; a binding calls this before it asks the driver
+ * anything of its own (the current device, a pool handle's pool). `prefetch_given`: a prefetch
+ * target will be set once resolved.
+ * @throws std::invalid_argument naming the first bad field
+ */
+void check_resource_options(allocation_type type,
+                            resource_options const& options,
+                            bool prefetch_given);
+
 /// @brief The options of `async_managed_memory_resource` (the one struct).
 using managed_resource_options = resource_options;
 /// @brief The options of `async_pinned_memory_resource` (the one struct).

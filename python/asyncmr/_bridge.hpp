@@ -115,14 +115,14 @@ inline void advise_ranges(std::vector<memory_range> const& r, int advice, locati
                   static_cast<asyncmr::memory_advice>(advice), to);
 }
 
-inline std::uintptr_t allocate(detail::pool_resource_base& mr, std::uintptr_t stream, std::size_t bytes)
+inline std::uintptr_t allocate(pool_resource& mr, std::uintptr_t stream, std::size_t bytes)
 {
   return reinterpret_cast<std::uintptr_t>(
     mr.allocate(cuda::stream_ref{as_stream(stream)}, bytes, rmm::CUDA_ALLOCATION_ALIGNMENT));
 }
 
 /// What the free did, for Python to raise on (C++'s deallocate only logs it).
-inline detail::free_result deallocate(detail::pool_resource_base& mr,
+inline free_result deallocate(pool_resource& mr,
                                       std::uintptr_t stream,
                                       std::uintptr_t ptr,
                                       std::size_t bytes) noexcept
@@ -131,10 +131,10 @@ inline detail::free_result deallocate(detail::pool_resource_base& mr,
                                bytes);
 }
 
-/// The message of a free that was not made (see `detail::free_status`).
-inline std::string free_failure(detail::free_result const& result, std::uintptr_t ptr, std::size_t bytes)
+/// The message of a free that was not made (see `free_status`).
+inline std::string free_failure(free_result const& result, std::uintptr_t ptr, std::size_t bytes)
 {
-  return detail::describe_free_failure(result, reinterpret_cast<void const*>(ptr), bytes);
+  return describe_free_failure(result, reinterpret_cast<void const*>(ptr), bytes);
 }
 
 // ---- waits on the device release the GIL ----------------------------------------------------

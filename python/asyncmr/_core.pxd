@@ -114,6 +114,10 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         int export_handle_types
         optional[uint64_t] release_threshold
 
+    cdef cppclass pool_usage:
+        uint64_t reserved
+        uint64_t used
+
     cdef cppclass mem_pool:
         mem_pool()
         mem_pool(const mem_pool&)
@@ -138,6 +142,7 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         @staticmethod
         mem_pool import_fd(int, location_t, AllocationType) except +translate_exception
         cbool imported()
+        optional[pool_usage] usage()
 
     cdef cppclass resource_options:
         optional[int] device
@@ -177,20 +182,20 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         size_t charged_high
         size_t streams
 
-    enum class FreeStatus "asyncmr::detail::free_status" (int):
+    enum class FreeStatus "asyncmr::free_status" (int):
         freed
         not_this_resource
         wrong_size
         already_free
         driver_refused
 
-    cdef cppclass free_result "asyncmr::detail::free_result":
+    cdef cppclass free_result "asyncmr::free_result":
         FreeStatus status
         cudaError_t error
         size_t recorded_bytes
         cbool cached
 
-    cpdef enum class HistoryAction "asyncmr::detail::history_action" (uint32_t):
+    cpdef enum class HistoryAction "asyncmr::history_action" (uint32_t):
         alloc
         free
         cache_hit
@@ -199,7 +204,7 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         trim
         oom
 
-    cdef cppclass history_event "asyncmr::detail::history_event":
+    cdef cppclass history_event "asyncmr::history_event":
         uint64_t time_ns
         uint64_t address
         uint64_t bytes
@@ -211,11 +216,11 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         uint64_t number
 
     # The number of the event this thread recorded last (history_no_event: none since forgotten).
-    const uint64_t history_no_event "asyncmr::detail::history_no_event"
-    void history_forget_last_event "asyncmr::detail::history_forget_last_event"()
-    uint64_t history_last_event "asyncmr::detail::history_last_event"()
+    const uint64_t history_no_event "asyncmr::no_history_event"
+    void history_forget_last_event "asyncmr::forget_last_history_event"()
+    uint64_t history_last_event "asyncmr::last_history_event"()
 
-    cdef cppclass pool_resource_base "asyncmr::detail::pool_resource_base":
+    cdef cppclass pool_resource "asyncmr::pool_resource":
         const mem_pool& pool()
         size_t cache_capacity()
         optional[front_cache_stats] cache_stats() except +translate_exception
@@ -228,20 +233,20 @@ cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
         optional[location_t] prefetch_target()
         cbool prefetch_discards()
 
-    cdef cppclass async_managed_memory_resource(pool_resource_base):
+    cdef cppclass async_managed_memory_resource(pool_resource):
         int device()
 
-    cdef cppclass async_pinned_memory_resource(pool_resource_base):
+    cdef cppclass async_pinned_memory_resource(pool_resource):
         pass
 
-    cdef cppclass async_device_memory_resource(pool_resource_base):
+    cdef cppclass async_device_memory_resource(pool_resource):
         int device()
 
     uint64_t c_failed_deallocations "asyncmr::failed_deallocations"()
     uint64_t c_failed_prefetches "asyncmr::failed_prefetches"()
-    void validate_combination "asyncmr::detail::validate_combination"(
+    void validate_combination "asyncmr::validate_combination"(
         const location_t&, AllocationType, cbool) except +translate_exception
-    void check_fields "asyncmr::detail::check_fields"(
+    void check_fields "asyncmr::check_resource_options"(
         AllocationType, const resource_options&, cbool) except +translate_exception
     exported_pointer c_export_pointer "asyncmr::export_pointer"(void*) except +translate_exception
 
@@ -259,8 +264,8 @@ cdef extern from "_bridge.hpp" namespace "asyncmr_py" nogil:
     void discard_and_prefetch_ranges(const vector[memory_range]&, location_t, uintptr_t) \
         except +translate_exception
     void advise_ranges(const vector[memory_range]&, int, location_t) except +translate_exception
-    uintptr_t allocate(pool_resource_base&, uintptr_t, size_t) except +translate_exception
-    free_result deallocate(pool_resource_base&, uintptr_t, uintptr_t, size_t)
+    uintptr_t allocate(pool_resource&, uintptr_t, size_t) except +translate_exception
+    free_result deallocate(pool_resource&, uintptr_t, uintptr_t, size_t)
     string free_failure(const free_result&, uintptr_t, size_t) except +translate_exception
     void install_blocking_hooks()
     unique_ptr[imported_allocation] import_pointer(const mem_pool&, const exported_pointer&) \
@@ -300,7 +305,7 @@ cdef class MemPool:
 cdef class _PoolResource(DeviceMemoryResource):
     cdef object __weakref__
     cdef readonly MemPool pool
-    cdef pool_resource_base* c_base
+    cdef pool_resource* c_base
     cdef int _gil
     cdef int64_t _headroom
     cdef uint32_t _since_refresh
@@ -310,7 +315,7 @@ cdef class _PoolResource(DeviceMemoryResource):
 
     cdef _prepare(self, adopted)
     cdef _adopt_pool(self)
-    cdef _bind(self, pool_resource_base* base, optional[device_async_resource_ref] ref)
+    cdef _bind(self, pool_resource* base, optional[device_async_resource_ref] ref)
     cdef void _refresh_headroom(self) noexcept
     cdef uintptr_t _allocate_core(self, size_t n, uintptr_t s) except? 0
 

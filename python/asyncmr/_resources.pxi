@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # Included by _core.pyx. The three resources (include/asyncmr/async_*_memory_resource.hpp) and
-# what they share (include/asyncmr/detail/pool_resource_base.hpp).
+# what they share (include/asyncmr/pool_resource.hpp).
 
 # ---- resources ---------------------------------------------------------------------------------
 
@@ -8,28 +8,6 @@
 cdef extern from *:
     optional[device_async_resource_ref] make_ref "make_device_async_resource_ref"[R](R&) \
         except +translate_exception
-
-# The headroom estimate of the GIL policy (see _PoolResource.allocate): the pool's reserved
-# bytes not in use, read in one relaxed-capture section; 0 when the driver cannot say.
-cdef extern from *:
-    """
-    #include <asyncmr/detail/capture_mode.hpp>
-    static inline long long asyncmr_pool_headroom(asyncmr::mem_pool const& pool) noexcept
-    {
-        cudaMemPool_t const h = pool.handle_or_null();
-        if (h == nullptr) { return 0; }
-        unsigned long long reserved = 0, used = 0;
-        asyncmr::detail::relaxed_capture_guard guard;
-        auto const a = cudaMemPoolGetAttribute(h, cudaMemPoolAttrReservedMemCurrent, &reserved);
-        auto const b = cudaMemPoolGetAttribute(h, cudaMemPoolAttrUsedMemCurrent, &used);
-        asyncmr::detail::clear_own_error(a);
-        asyncmr::detail::clear_own_error(b);
-        if (a != cudaSuccess || b != cudaSuccess || used > reserved) { return 0; }
-        return static_cast<long long>(reserved - used);
-    }
-    """
-    long long pool_headroom "asyncmr_pool_headroom"(const mem_pool&) noexcept nogil
-
 
 # Allocations take the GIL's fast path while the pool surely has room; the estimate is read
 # again at least this often, so other users of a shared pool cannot make it stale for long.
@@ -121,7 +99,7 @@ cdef class _PoolResource(DeviceMemoryResource):
             self._adopted = MemPool.from_handle(self._adopted)
         self._adopt = (<MemPool>self._adopted).get()
 
-    cdef _bind(self, pool_resource_base* base, optional[device_async_resource_ref] ref):
+    cdef _bind(self, pool_resource* base, optional[device_async_resource_ref] ref):
         self.c_base = base
         self.c_ref = ref
         self.pool = MemPool.wrap(base.pool())
@@ -131,7 +109,13 @@ cdef class _PoolResource(DeviceMemoryResource):
         self._headroom = -1  # unknown: the first allocation takes the slow path and reads it
 
     cdef void _refresh_headroom(self) noexcept:
-        self._headroom = pool_headroom(self.c_base.pool())
+        # The pool's reserved bytes not in use (0 when the driver cannot say): the GIL policy's
+        # estimate of whether an allocation can be served without growing the pool.
+        cdef optional[pool_usage] u = self.c_base.pool().usage()
+        if not u.has_value() or u.value().used > u.value().reserved:
+            self._headroom = 0
+        else:
+            self._headroom = <long long>(u.value().reserved - u.value().used)
         self._since_refresh = 0
 
     @property

@@ -120,7 +120,7 @@ using import_count = std::shared_ptr<std::atomic<std::int64_t> const>;
 [[nodiscard]] std::shared_ptr<pool_state> register_owned(std::shared_ptr<pool_state> const& state);
 
 /// Called by `mem_pool::close` with the handle it closes, before the pool is retired: gives the
-/// pool the blocks that front caches hold of it (src/stream_cache.cpp installs it).
+/// pool the blocks that front caches hold of it (src/front_cache.cpp installs it).
 using pool_closing_hook = void (*)(cudaMemPool_t handle) noexcept;
 void set_pool_closing_hook(pool_closing_hook hook) noexcept;
 void run_pool_closing_hook(cudaMemPool_t handle) noexcept;

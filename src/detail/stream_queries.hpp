@@ -7,7 +7,7 @@
 // of the driver's entry points directly (a runtime stream query costs more: cache_bench
 // "calls"), the runtime answering where the driver cannot.
 
-#include <asyncmr/detail/front_cache.hpp>
+#include <asyncmr/detail/block_cache.hpp>
 
 #include <cuda_runtime_api.h>
 

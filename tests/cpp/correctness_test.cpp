@@ -8,7 +8,7 @@
 
 #include "test_support.hpp"
 
-#include <asyncmr/detail/pool_resource_base.hpp>
+#include <asyncmr/pool_resource.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -59,7 +59,7 @@ TEST_F(CorrectnessTest, ARefusedFreeIsCountedLoggedAndDoesNotThrow)
   EXPECT_EQ(failed_deallocations(), before + 1);
   EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
   auto const checked = mr.deallocate_checked(stream_ref(), &not_from_a_pool, sizeof not_from_a_pool);
-  EXPECT_EQ(checked.status, detail::free_status::driver_refused);
+  EXPECT_EQ(checked.status, free_status::driver_refused);
   EXPECT_NE(checked.error, cudaSuccess);
   EXPECT_EQ(failed_deallocations(), before + 2);
 }

@@ -48,6 +48,8 @@
  * a page or two, lost unread, never memory of anything else.
  */
 
+#include <asyncmr/history.hpp>
+
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -57,36 +59,12 @@
 
 namespace asyncmr::detail {
 
-/// @brief What an event records.
-enum class history_action : std::uint32_t {
-  alloc     = 0,  ///< an allocation the pool served
-  free      = 1,  ///< a free that went to the pool
-  cache_hit = 2,  ///< an allocation the front cache served
-  cache_put = 3,  ///< a free the front cache kept
-  grow      = 4,  ///< the pool's reserved bytes grew (`bytes`: by how much)
-  trim      = 5,  ///< the pool's reserved bytes shrank (`bytes`: by how much)
-  oom       = 6,  ///< an allocation of `bytes` failed for want of memory
-};
-
-/// @brief One event; sizes in bytes, the pool's state right after it.
-struct history_event {
-  std::uint64_t time_ns{};   ///< steady clock, nanoseconds (a stamp while in the ring)
-  std::uint64_t address{};   ///< the block (0 for grow, trim, oom)
-  std::uint64_t bytes{};     ///< the size asked for or freed, or the growth / trim
-  std::uint64_t stream{};    ///< the stream handle's value
-  std::uint64_t reserved{};  ///< the pool's reserved bytes after the event
-  std::uint64_t used{};      ///< the pool's used bytes after the event
-  std::uint64_t cached{};    ///< bytes charged to the resource's front cache (0 without one)
-  history_action action{history_action::alloc};
-  /// Its number, unique in its ring, as history_last_event told its thread: set when read back;
-  /// record() ignores it. Numbers need not rise in a thread's order (a thread may continue a
-  /// chunk, and its numbers, another thread let go): order events by time first.
-  std::uint64_t number{};
-};
+using asyncmr::history_action;
+using asyncmr::history_event;
 
 /// @brief What history_last_event() says while this thread recorded no event since it forgot the
 /// last one (no number is this large: a slot's sequence holds twice a number plus two).
-inline constexpr std::uint64_t history_no_event = ~std::uint64_t{0};
+inline constexpr std::uint64_t history_no_event = asyncmr::no_history_event;
 
 /// @brief Nanoseconds of std::chrono::steady_clock (CLOCK_MONOTONIC on Linux: Python's
 /// time.monotonic_ns()), the clock a read history is in.

@@ -3,8 +3,8 @@
  */
 
 /**
- * @file front_cache_bench.cpp
- * @brief CPU cost of the front cache's hit path (detail/front_cache.hpp), as one JSON object.
+ * @file block_cache_bench.cpp
+ * @brief CPU cost of the front cache's hit path (detail/block_cache.hpp), as one JSON object.
  *
  * No GPU: blocks are fake pointers, so this times exactly what the cache adds to a hit
  * (take + put of a cached block), not the driver.
@@ -18,13 +18,13 @@
  * own_streams scaling >= 4 with 8 threads on a machine with >= 8 cores ("scaling_met" is null
  * when the machine has fewer cores than threads: the number then says nothing about the cache).
  *
- * Usage: front_cache_bench [--quick] [--pairs N] [--rounds R] [--threads T] [--sizes a,b,c]
+ * Usage: block_cache_bench [--quick] [--pairs N] [--rounds R] [--threads T] [--sizes a,b,c]
  * Exit status: 0 when it measured, 2 on bad arguments.
  */
 
 #include "bench_support.hpp"
 
-#include <asyncmr/detail/front_cache.hpp>
+#include <asyncmr/detail/block_cache.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -41,7 +41,7 @@
 
 namespace {
 
-using asyncmr::detail::front_cache;
+using asyncmr::detail::block_cache;
 using asyncmr::detail::stream_key;
 using asyncmr_bench::median;
 using asyncmr_bench::option_value;
@@ -62,7 +62,7 @@ struct params {
 };
 
 /// Runs `pairs` take+put hits of `bytes` on `key`; returns the number that missed (must be 0).
-long hit_pairs(front_cache& cache, stream_key key, std::size_t bytes, long pairs)
+long hit_pairs(block_cache& cache, stream_key key, std::size_t bytes, long pairs)
 {
   long missed = 0;
   for (long i = 0; i < pairs; ++i) {
@@ -74,18 +74,18 @@ long hit_pairs(front_cache& cache, stream_key key, std::size_t bytes, long pairs
 
 /// Puts one block per thread key so every take that follows hits (a fake 256-byte-aligned
 /// address the cache records as handed out; it is never dereferenced).
-void prime(front_cache& cache, std::size_t index, stream_key key, std::size_t bytes)
+void prime(block_cache& cache, std::size_t index, stream_key key, std::size_t bytes)
 {
   void* const block =
     reinterpret_cast<void*>(std::uintptr_t{0x100000000} + std::uintptr_t{index} * 1048576);
   if (!cache.record(block, bytes) || cache.put(key, block, bytes).status != asyncmr::detail::put_status::cached) {
-    std::fprintf(stderr, "front_cache_bench: priming put refused\n");
+    std::fprintf(stderr, "block_cache_bench: priming put refused\n");
     std::exit(1);
   }
 }
 
 /// Aggregate pairs per second of `threads` threads on `keys[t]`, all released at once.
-double aggregate_rate(front_cache& cache,
+double aggregate_rate(block_cache& cache,
                       std::vector<stream_key> const& keys,
                       std::size_t bytes,
                       long pairs,
@@ -165,7 +165,7 @@ int main(int argc, char** argv)
   params p;
   if (!parse_args(argc, argv, p)) {
     std::fprintf(stderr,
-                 "usage: front_cache_bench [--quick] [--pairs N] [--rounds R] [--threads T] "
+                 "usage: block_cache_bench [--quick] [--pairs N] [--rounds R] [--threads T] "
                  "[--sizes a,b,c]\n");
     return 2;
   }
@@ -180,9 +180,9 @@ int main(int argc, char** argv)
   double min_scale = 1e30;
   for (std::size_t si = 0; si < p.sizes.size(); ++si) {
     std::size_t const bytes = p.sizes[si];
-    front_cache cache{cap, front_cache::max_block_limit};
+    block_cache cache{cap, block_cache::max_block_limit};
     if (cache.class_size(bytes) == 0) {
-      std::fprintf(stderr, "front_cache_bench: %zu bytes is not cacheable\n", bytes);
+      std::fprintf(stderr, "block_cache_bench: %zu bytes is not cacheable\n", bytes);
       return 2;
     }
     // Keys: 1 for the one-thread runs, 100+t for own streams, 0 shared.

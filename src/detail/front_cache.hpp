@@ -3,15 +3,16 @@
  */
 #pragma once
 
-// Private to src/: the front cache bound to CUDA streams and to one pool. The pure mechanism
-// and its rules are include/asyncmr/detail/front_cache.hpp; this adds what needs CUDA: stream
-// keys and capture status asked of the driver, the pool behind every miss, the driver's word on
-// pointers the cache did not hand out, the markers (an event per stream) and the release stream
-// that parked blocks go back on, the background reclaim of idle streams' blocks, and giving cached memory back when the pool
-// runs out.
+// Private to src/: the front cache, the part of a `pool_resource` that keeps freed blocks per
+// stream (`resource_options::cache`; its rules: docs/user_guide/front_cache.md). Its mechanism,
+// with no CUDA in it, is the block cache (include/asyncmr/detail/block_cache.hpp); this binds it
+// to CUDA streams and to one pool: stream keys and capture status asked of the driver, the pool
+// behind every miss, the driver's word on pointers the cache did not hand out, the markers (an
+// event per stream) and the release stream that parked blocks go back on, the background reclaim
+// of idle streams' blocks, and giving cached memory back when the pool runs out or closes.
 
-#include <asyncmr/detail/front_cache.hpp>
-#include <asyncmr/detail/pool_resource_base.hpp>
+#include <asyncmr/detail/block_cache.hpp>
+#include <asyncmr/pool_resource.hpp>
 #include <asyncmr/mem_pool.hpp>
 
 #include "device_sync.hpp"
@@ -25,18 +26,18 @@
 
 namespace asyncmr::detail {
 
-// A stream cache's own stream, made in the context of its device, which nobody captures (see
-// "Markers" in front_cache.hpp): parked blocks are freed on `release` after it waited for their
+// A front cache's own stream, made in the context of its device, which nobody captures (see
+// "Markers" in block_cache.hpp): parked blocks are freed on `stream` after it waited for their
 // streams' markers. Also the key of that context's legacy stream, taken when it was made (the
 // driver answers no question about the legacy stream while a blocking stream captures). The
 // cache destroys the stream last, after its markers.
-struct cache_streams {
-  explicit cache_streams(std::optional<int> device);
-  ~cache_streams() { destroy(); }
-  cache_streams(cache_streams const&)            = delete;
-  cache_streams& operator=(cache_streams const&) = delete;
+struct release_stream {
+  explicit release_stream(std::optional<int> device);
+  ~release_stream() { destroy(); }
+  release_stream(release_stream const&)            = delete;
+  release_stream& operator=(release_stream const&) = delete;
 
-  cudaStream_t release{nullptr};
+  cudaStream_t stream{nullptr};
   std::optional<stream_key> legacy;  // the legacy stream's key in that context
   void* context{nullptr};            // that context (CUcontext), or nullptr if none was current
 
@@ -44,19 +45,19 @@ struct cache_streams {
   void destroy() noexcept;
 };
 
-class stream_cache final : public std::enable_shared_from_this<stream_cache> {
+class front_cache final : public std::enable_shared_from_this<front_cache> {
  public:
   /// A cache of `cap` bytes in front of `pool`; `device` (when the pool's memory lives on one)
   /// is where its frees run. Registered so that any allocation from the same pool that runs out
   /// of memory can ask for the cached memory back.
-  [[nodiscard]] static std::shared_ptr<stream_cache> make(mem_pool pool,
+  [[nodiscard]] static std::shared_ptr<front_cache> make(mem_pool pool,
                                                           std::size_t cap,
                                                           std::optional<int> device);
-  stream_cache(mem_pool pool, std::size_t cap, std::optional<int> device);
+  front_cache(mem_pool pool, std::size_t cap, std::optional<int> device);
   /// Queues the frees of every cached block on the release stream (waits for nothing).
-  ~stream_cache();
-  stream_cache(stream_cache const&)            = delete;
-  stream_cache& operator=(stream_cache const&) = delete;
+  ~front_cache();
+  front_cache(front_cache const&)            = delete;
+  front_cache& operator=(front_cache const&) = delete;
 
   /// A hit, or a miss allocated from the pool at its class size (recorded); a stream that
   /// captures gets a graph allocation of exactly `bytes`, never recorded. `*hit` (when given) is
@@ -96,8 +97,8 @@ class stream_cache final : public std::enable_shared_from_this<stream_cache> {
   mem_pool pool_;
   cudaMemPool_t made_for_;  // pool_'s driver handle when the cache was made (before any close)
   std::optional<int> device_;
-  cache_streams streams_;
-  front_cache cache_;
+  release_stream release_;
+  block_cache cache_;
 };
 
 /// What `release_caches_of` did: how many caches' releases waited for their frees (every free
@@ -109,12 +110,12 @@ struct caches_given_back {
 };
 
 /**
- * Gives the memory every live cache made for `pool` holds back to it (`stream_cache::release`);
+ * Gives the memory every live cache made for `pool` holds back to it (`front_cache::release`);
  * for an allocation from `pool` that ran out of memory, which is worth trying again whenever a
  * release waited (`caches` != 0), and for a pool that is being closed. `except` is skipped
  * (already asked).
  */
-[[nodiscard]] caches_given_back release_caches_of(cudaMemPool_t pool, stream_cache const* except) noexcept;
+[[nodiscard]] caches_given_back release_caches_of(cudaMemPool_t pool, front_cache const* except) noexcept;
 
 /**
  * `pool.allocate_async(bytes, stream)`; when the pool runs out of memory, the caches on it give
@@ -130,6 +131,6 @@ struct caches_given_back {
 
 /// Asks the background reclaimer to run `cache.reclaim_stale()` soon (at most one pending
 /// request per cache). Never throws; a request that cannot be queued is dropped.
-void request_reclaim(std::weak_ptr<stream_cache> cache) noexcept;
+void request_reclaim(std::weak_ptr<front_cache> cache) noexcept;
 
 }  // namespace asyncmr::detail

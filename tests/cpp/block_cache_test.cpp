@@ -2,7 +2,7 @@
  * SPDX-License-Identifier: Apache-2.0
  */
 
-// The per-stream front cache (detail/front_cache.hpp) on the CPU: no CUDA, blocks are fake
+// The per-stream front cache (detail/block_cache.hpp) on the CPU: no CUDA, blocks are fake
 // 256-byte-aligned addresses (the cache never touches the memory behind a pointer). Ends with a
 // randomized model-based stress test: threads on streams that come and go allocate, free, free
 // twice, free foreign and graph-owned pointers and wrong sizes, while another thread releases
@@ -11,7 +11,7 @@
 
 #include "alloc_failure.hpp"
 
-#include <asyncmr/detail/front_cache.hpp>
+#include <asyncmr/detail/block_cache.hpp>
 
 #include <gtest/gtest.h>
 
@@ -46,22 +46,22 @@ void* fake(std::size_t i)
 }
 
 /// A block as the owner makes it on a miss: allocated at the class size, then recorded.
-void* handed(front_cache& cache, std::size_t i, std::size_t bytes)
+void* handed(block_cache& cache, std::size_t i, std::size_t bytes)
 {
   void* const p = fake(i);
   EXPECT_TRUE(cache.record(p, bytes)) << "block " << i;
   return p;
 }
 
-bool cached(front_cache& cache, stream_key k, void* p, std::size_t bytes)
+bool cached(block_cache& cache, stream_key k, void* p, std::size_t bytes)
 {
   return cache.put(k, p, bytes).status == put_status::cached;
 }
 
 using block = std::tuple<stream_key, void*, std::size_t>;
 
-/// A release as the owner makes it (no markers here: see FrontCacheMarkers).
-std::multiset<block> release_all(front_cache& cache)
+/// A release as the owner makes it (no markers here: see BlockCacheMarkers).
+std::multiset<block> release_all(block_cache& cache)
 {
   cache.detach_all();
   std::uint64_t const proven = cache.begin_proof();
@@ -73,44 +73,44 @@ std::multiset<block> release_all(front_cache& cache)
 
 // ---- size classes ----------------------------------------------------------------------------
 
-TEST(FrontCacheClasses, FourClassesPerDoublingFrom256)
+TEST(BlockCacheClasses, FourClassesPerDoublingFrom256)
 {
   std::vector<std::size_t> const first{256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280};
   for (std::size_t i = 0; i < first.size(); ++i) {
-    EXPECT_EQ(front_cache::class_bytes(i), first[i]) << "class " << i;
+    EXPECT_EQ(block_cache::class_bytes(i), first[i]) << "class " << i;
   }
-  EXPECT_EQ(front_cache::class_bytes(front_cache::class_count - 1), front_cache::max_block_limit)
+  EXPECT_EQ(block_cache::class_bytes(block_cache::class_count - 1), block_cache::max_block_limit)
     << "the last class is the largest cacheable block";
 }
 
-TEST(FrontCacheClasses, EachRequestGetsTheSmallestClassAtOrAboveIt)
+TEST(BlockCacheClasses, EachRequestGetsTheSmallestClassAtOrAboveIt)
 {
   auto check = [](std::size_t b) {
-    std::size_t const i = front_cache::class_index(b);
-    std::size_t const c = front_cache::class_bytes(i);
-    ASSERT_LT(i, front_cache::class_count) << b;
+    std::size_t const i = block_cache::class_index(b);
+    std::size_t const c = block_cache::class_bytes(i);
+    ASSERT_LT(i, block_cache::class_count) << b;
     ASSERT_GE(c, b) << b;
-    if (i > 0) { ASSERT_LT(front_cache::class_bytes(i - 1), b) << b; }
+    if (i > 0) { ASSERT_LT(block_cache::class_bytes(i - 1), b) << b; }
   };
   for (std::size_t b = 1; b <= 70000; ++b) { check(b); }
   for (std::size_t e = 17; e <= 26; ++e) {
     for (std::size_t b : {(std::size_t{1} << e) - 1, std::size_t{1} << e, (std::size_t{1} << e) + 1}) {
-      if (b <= front_cache::max_block_limit) { check(b); }
+      if (b <= block_cache::max_block_limit) { check(b); }
     }
   }
 }
 
-TEST(FrontCacheClasses, WasteIsBelowAQuarterOfTheRequest)
+TEST(BlockCacheClasses, WasteIsBelowAQuarterOfTheRequest)
 {
   for (std::size_t b = 257; b <= 1 * MiB; b += 97) {
-    std::size_t const c = front_cache::round_to_class(b);
+    std::size_t const c = block_cache::round_to_class(b);
     EXPECT_LT(c - b, b / 4 + 1) << b;
   }
 }
 
-TEST(FrontCacheClasses, ClassSizeIsZeroForZeroBytesAndAboveMaxBlock)
+TEST(BlockCacheClasses, ClassSizeIsZeroForZeroBytesAndAboveMaxBlock)
 {
-  front_cache const cache{64 * MiB};
+  block_cache const cache{64 * MiB};
   EXPECT_EQ(cache.max_block(), 1 * MiB) << "default: min(1 MiB, cap / 8)";
   EXPECT_EQ(cache.class_size(0), 0U);
   EXPECT_EQ(cache.class_size(1), 256U);
@@ -119,33 +119,33 @@ TEST(FrontCacheClasses, ClassSizeIsZeroForZeroBytesAndAboveMaxBlock)
   EXPECT_EQ(cache.class_size(1 * MiB + 1), 0U);
 }
 
-TEST(FrontCacheClasses, MaxBlockFollowsTheCap)
+TEST(BlockCacheClasses, MaxBlockFollowsTheCap)
 {
-  EXPECT_EQ(front_cache{1 * MiB}.max_block(), 128 * KiB);
-  EXPECT_EQ(front_cache{1000}.max_block(), 256U) << "never below the smallest class";
-  EXPECT_EQ((front_cache{1 * MiB, 5000}.max_block()), 4 * KiB) << "rounded down to a class";
-  EXPECT_EQ((front_cache{1 * MiB, 1 * MiB}.max_block()), 1 * MiB);
+  EXPECT_EQ(block_cache{1 * MiB}.max_block(), 128 * KiB);
+  EXPECT_EQ(block_cache{1000}.max_block(), 256U) << "never below the smallest class";
+  EXPECT_EQ((block_cache{1 * MiB, 5000}.max_block()), 4 * KiB) << "rounded down to a class";
+  EXPECT_EQ((block_cache{1 * MiB, 1 * MiB}.max_block()), 1 * MiB);
 }
 
-TEST(FrontCache, ConstructorRefusesBadCapsMaxBlocksAndRecords)
+TEST(BlockCache, ConstructorRefusesBadCapsMaxBlocksAndRecords)
 {
-  EXPECT_THROW(front_cache{0}, std::invalid_argument) << "0 = no cache: construct none";
-  EXPECT_THROW(front_cache{255}, std::invalid_argument);
-  EXPECT_THROW(front_cache{front_cache::max_cap + 1}, std::invalid_argument);
-  EXPECT_THROW((front_cache{1 * MiB, 2 * MiB}), std::invalid_argument) << "above the cap";
-  EXPECT_THROW((front_cache{1024 * MiB, 128 * MiB}), std::invalid_argument) << "above 64 MiB";
-  EXPECT_THROW((front_cache{1 * MiB, 100}), std::invalid_argument) << "below 256 B";
-  EXPECT_THROW((front_cache{1 * MiB, 0, (std::size_t{1} << 30) + 1}), std::invalid_argument);
-  EXPECT_NO_THROW(front_cache{256});
-  EXPECT_EQ((front_cache{1 * MiB, 0, 3000}.record_slots()), 4096U) << "a power of two";
-  EXPECT_EQ(front_cache{64 * MiB}.record_slots(), 65536U) << "one slot per KiB of cap";
+  EXPECT_THROW(block_cache{0}, std::invalid_argument) << "0 = no cache: construct none";
+  EXPECT_THROW(block_cache{255}, std::invalid_argument);
+  EXPECT_THROW(block_cache{block_cache::max_cap + 1}, std::invalid_argument);
+  EXPECT_THROW((block_cache{1 * MiB, 2 * MiB}), std::invalid_argument) << "above the cap";
+  EXPECT_THROW((block_cache{1024 * MiB, 128 * MiB}), std::invalid_argument) << "above 64 MiB";
+  EXPECT_THROW((block_cache{1 * MiB, 100}), std::invalid_argument) << "below 256 B";
+  EXPECT_THROW((block_cache{1 * MiB, 0, (std::size_t{1} << 30) + 1}), std::invalid_argument);
+  EXPECT_NO_THROW(block_cache{256});
+  EXPECT_EQ((block_cache{1 * MiB, 0, 3000}.record_slots()), 4096U) << "a power of two";
+  EXPECT_EQ(block_cache{64 * MiB}.record_slots(), 65536U) << "one slot per KiB of cap";
 }
 
 // ---- the ownership record --------------------------------------------------------------------
 
-TEST(FrontCacheRecord, OnlyABlockTheCacheHandedOutIsTakenBack)
+TEST(BlockCacheRecord, OnlyABlockTheCacheHandedOutIsTakenBack)
 {
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   void* const ours    = handed(cache, 0, 4 * KiB);
   void* const foreign = fake(1);  // another pool's block, a graph's allocation: never recorded
   auto const r        = cache.put(1, foreign, 4 * KiB);
@@ -159,9 +159,9 @@ TEST(FrontCacheRecord, OnlyABlockTheCacheHandedOutIsTakenBack)
   EXPECT_EQ(s.recorded_blocks, 1U);
 }
 
-TEST(FrontCacheRecord, AGraphAddressFreedAgainAndAgainNeverEntersTheCache)
+TEST(BlockCacheRecord, AGraphAddressFreedAgainAndAgainNeverEntersTheCache)
 {
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   void* const graph = fake(7);  // allocated inside a capture; comes back at each launch
   cache.record_graph(graph);
   for (int launch = 0; launch < 5; ++launch) {
@@ -179,12 +179,12 @@ TEST(FrontCacheRecord, AGraphAddressFreedAgainAndAgainNeverEntersTheCache)
   EXPECT_EQ(cache.take(3, 1 * KiB), graph);
 }
 
-TEST(FrontCacheRecord, NotesOfGraphsLongGoneNeverStopTheCacheFromRecording)
+TEST(BlockCacheRecord, NotesOfGraphsLongGoneNeverStopTheCacheFromRecording)
 {
   // A graph's note is dropped only when its address is recorded, forgotten or unrecorded; a
   // destroyed graph's notes stay. A program that captures and destroys graphs over time must
   // still have its blocks recorded, and so cached, by a cache of the smallest record.
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   constexpr std::size_t notes = 20000;
   constexpr std::size_t fresh = 1000;
   for (std::size_t i = 0; i < notes; ++i) { cache.record_graph(fake(100000 + i)); }
@@ -205,9 +205,9 @@ TEST(FrontCacheRecord, NotesOfGraphsLongGoneNeverStopTheCacheFromRecording)
   EXPECT_EQ(cache.check_invariants(), cached_now * 256);
 }
 
-TEST(FrontCacheRecord, AGraphNoteNeverReplacesACachedBlock)
+TEST(BlockCacheRecord, AGraphNoteNeverReplacesACachedBlock)
 {
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   void* const p = handed(cache, 0, 4 * KiB);
   ASSERT_TRUE(cached(cache, 1, p, 4 * KiB));
   cache.record_graph(p);
@@ -215,9 +215,9 @@ TEST(FrontCacheRecord, AGraphNoteNeverReplacesACachedBlock)
   EXPECT_EQ(cache.recorded_bytes(p), 4 * KiB);
 }
 
-TEST(FrontCacheRecord, AWrongSizeIsRefusedAndChangesNothing)
+TEST(BlockCacheRecord, AWrongSizeIsRefusedAndChangesNothing)
 {
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   void* const p = handed(cache, 0, 256);
   auto const r  = cache.put(1, p, 64 * KiB);  // a 256-byte block freed as 64 KiB
   EXPECT_EQ(r.status, put_status::wrong_size);
@@ -229,9 +229,9 @@ TEST(FrontCacheRecord, AWrongSizeIsRefusedAndChangesNothing)
   EXPECT_EQ(cache.stats().refused_wrong_size, 3U);
 }
 
-TEST(FrontCacheRecord, ASecondFreeOfACachedBlockIsRefused)
+TEST(BlockCacheRecord, ASecondFreeOfACachedBlockIsRefused)
 {
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   void* const p = handed(cache, 0, 4 * KiB);
   ASSERT_TRUE(cached(cache, 1, p, 4 * KiB));
   EXPECT_EQ(cache.put(1, p, 4 * KiB).status, put_status::already_cached);
@@ -241,9 +241,9 @@ TEST(FrontCacheRecord, ASecondFreeOfACachedBlockIsRefused)
   EXPECT_EQ(cache.stats().refused_double_free, 2U);
 }
 
-TEST(FrontCacheRecord, ARefusedPutForgetsTheBlock)
+TEST(BlockCacheRecord, ARefusedPutForgetsTheBlock)
 {
-  front_cache cache{4 * KiB, 4 * KiB};
+  block_cache cache{4 * KiB, 4 * KiB};
   void* const a = handed(cache, 0, 4 * KiB);
   void* const b = handed(cache, 1, 4 * KiB);
   ASSERT_TRUE(cached(cache, 1, a, 4 * KiB));
@@ -253,9 +253,9 @@ TEST(FrontCacheRecord, ARefusedPutForgetsTheBlock)
   EXPECT_EQ(cache.put(1, b, 4 * KiB).status, put_status::not_recorded);
 }
 
-TEST(FrontCacheRecord, ForgetDropsAHandedOutBlockOnly)
+TEST(BlockCacheRecord, ForgetDropsAHandedOutBlockOnly)
 {
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   void* const p = handed(cache, 0, 4 * KiB);
   void* const q = handed(cache, 1, 4 * KiB);
   ASSERT_TRUE(cached(cache, 1, q, 4 * KiB));
@@ -265,14 +265,14 @@ TEST(FrontCacheRecord, ForgetDropsAHandedOutBlockOnly)
   EXPECT_EQ(cache.put(1, p, 4 * KiB).status, put_status::not_recorded);
 }
 
-TEST(FrontCacheThreads, AStreamsBucketIsBoundOnlyOnceNothingCanFailAnyMore)
+TEST(BlockCacheThreads, AStreamsBucketIsBoundOnlyOnceNothingCanFailAnyMore)
 {
   // A thread that met stream 1 before keeps its bucket in its own table. The bucket goes idle
   // and back to the spares; another thread meets stream 1, takes that spare, and the map entry
   // it then needs cannot be allocated. A put from the first thread in that moment must not end
   // up in a bucket the failed lookup gives back to the spares: the next new stream would get
   // the block, freed on stream 1, with no ordering.
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   void* const y = handed(cache, 1, 4 * KiB);
   std::atomic<int> step{0};
   put_status late{};
@@ -311,9 +311,9 @@ TEST(FrontCacheThreads, AStreamsBucketIsBoundOnlyOnceNothingCanFailAnyMore)
   }
 }
 
-TEST(FrontCacheRecord, ASecondFreeOfACachedBlockIsADoubleFreeWhateverSizeItNames)
+TEST(BlockCacheRecord, ASecondFreeOfACachedBlockIsADoubleFreeWhateverSizeItNames)
 {
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   void* const p = handed(cache, 0, 4 * KiB);
   ASSERT_TRUE(cached(cache, 1, p, 4 * KiB));
   for (std::size_t const bytes : {std::size_t{0}, 2 * MiB, std::size_t{256}}) {
@@ -327,12 +327,12 @@ TEST(FrontCacheRecord, ASecondFreeOfACachedBlockIsADoubleFreeWhateverSizeItNames
   EXPECT_EQ(cache.take(1, 4 * KiB), p);
 }
 
-TEST(FrontCacheRecord, AWrongSizeWithNoHostMemoryForABucketIsStillAWrongSize)
+TEST(BlockCacheRecord, AWrongSizeWithNoHostMemoryForABucketIsStillAWrongSize)
 {
   // A live block freed at another class on a stream whose bucket cannot be made (no host
   // memory) is a wrong size, as it is with a bucket: not a double free of a block the user
   // still holds, and the record's class is said.
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   void* const p = handed(cache, 0, 4 * KiB);
   put_result r{};
   {
@@ -345,10 +345,10 @@ TEST(FrontCacheRecord, AWrongSizeWithNoHostMemoryForABucketIsStillAWrongSize)
   EXPECT_TRUE(cached(cache, 1, p, 4 * KiB)) << "the user's own free at its class is cached";
 }
 
-TEST(FrontCacheRecord, UnrecordLetsGoOfAHandedOutBlockOnlyAtItsClass)
+TEST(BlockCacheRecord, UnrecordLetsGoOfAHandedOutBlockOnlyAtItsClass)
 {
   // The owner's free inside a capture: the record is asked before the driver.
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   void* const out    = handed(cache, 0, 4 * KiB);
   void* const in     = handed(cache, 1, 4 * KiB);
   void* const graphs = fake(2);
@@ -374,9 +374,9 @@ TEST(FrontCacheRecord, UnrecordLetsGoOfAHandedOutBlockOnlyAtItsClass)
   EXPECT_EQ(cache.take(1, 4 * KiB), in) << "and the cache still hands it out";
 }
 
-TEST(FrontCacheRecord, MisalignedAndUncacheableBlocksAreNotRecorded)
+TEST(BlockCacheRecord, MisalignedAndUncacheableBlocksAreNotRecorded)
 {
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   void* const odd = static_cast<char*>(fake(0)) + 16;
   EXPECT_FALSE(cache.record(odd, 4 * KiB));
   EXPECT_FALSE(cache.record(nullptr, 4 * KiB));
@@ -385,9 +385,9 @@ TEST(FrontCacheRecord, MisalignedAndUncacheableBlocksAreNotRecorded)
   EXPECT_EQ(cache.put(1, odd, 4 * KiB).status, put_status::not_recorded);
 }
 
-TEST(FrontCacheRecord, AFullRecordLeavesNewBlocksUntrackedNeverWrong)
+TEST(BlockCacheRecord, AFullRecordLeavesNewBlocksUntrackedNeverWrong)
 {
-  front_cache cache{64 * MiB, 0, 1024};  // the smallest record
+  block_cache cache{64 * MiB, 0, 1024};  // the smallest record
   std::size_t tracked = 0;
   for (std::size_t i = 0; i < 4096; ++i) { tracked += cache.record(fake(i), 256) ? 1 : 0; }
   EXPECT_LE(tracked, 1024U);
@@ -403,9 +403,9 @@ TEST(FrontCacheRecord, AFullRecordLeavesNewBlocksUntrackedNeverWrong)
   EXPECT_EQ(cache.check_invariants(), tracked * 256);
 }
 
-TEST(FrontCacheRecord, AnAddressThePoolReusesIsRecordedAfresh)
+TEST(BlockCacheRecord, AnAddressThePoolReusesIsRecordedAfresh)
 {
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   void* const p = handed(cache, 0, 256);
   ASSERT_TRUE(cached(cache, 1, p, 256));
   EXPECT_EQ(release_all(cache).size(), 1U);  // back to the pool: the record forgets it
@@ -418,9 +418,9 @@ TEST(FrontCacheRecord, AnAddressThePoolReusesIsRecordedAfresh)
 
 // ---- reuse and isolation ---------------------------------------------------------------------
 
-TEST(FrontCache, ABlockPutForAStreamIsTakenByThatStreamOnly)
+TEST(BlockCache, ABlockPutForAStreamIsTakenByThatStreamOnly)
 {
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   void* const p = handed(cache, 0, 1000);
   ASSERT_TRUE(cached(cache, 1, p, 1000));
   EXPECT_EQ(cache.take(2, 1000), nullptr);
@@ -430,9 +430,9 @@ TEST(FrontCache, ABlockPutForAStreamIsTakenByThatStreamOnly)
   EXPECT_EQ(cache.take(1, 1000), nullptr) << "handed out once";
 }
 
-TEST(FrontCache, UncacheablePutsAreRefusedAndTakesMiss)
+TEST(BlockCache, UncacheablePutsAreRefusedAndTakesMiss)
 {
-  front_cache cache{1 * MiB};  // max_block 128 KiB
+  block_cache cache{1 * MiB};  // max_block 128 KiB
   EXPECT_EQ(cache.put(1, nullptr, 4 * KiB).status, put_status::uncacheable);
   EXPECT_EQ(cache.put(1, fake(0), 0).status, put_status::uncacheable);
   EXPECT_EQ(cache.put(1, fake(1), 128 * KiB + 1).status, put_status::uncacheable);
@@ -447,9 +447,9 @@ TEST(FrontCache, UncacheablePutsAreRefusedAndTakesMiss)
 
 // ---- the cap ---------------------------------------------------------------------------------
 
-TEST(FrontCache, PutsBeyondTheCapAreRefused)
+TEST(BlockCache, PutsBeyondTheCapAreRefused)
 {
-  front_cache cache{4 * KiB};
+  block_cache cache{4 * KiB};
   for (std::size_t i = 0; i < 18; ++i) { handed(cache, i, 256); }
   for (std::size_t i = 0; i < 16; ++i) { ASSERT_TRUE(cached(cache, 1, fake(i), 256)) << i; }
   EXPECT_EQ(cache.put(1, fake(16), 256).status, put_status::refused);
@@ -463,18 +463,18 @@ TEST(FrontCache, PutsBeyondTheCapAreRefused)
   EXPECT_TRUE(cached(cache, 1, fake(16), 256)) << "room again after a take";
 }
 
-TEST(FrontCache, ABlockLargerThanTheRoomLeftIsRefused)
+TEST(BlockCache, ABlockLargerThanTheRoomLeftIsRefused)
 {
-  front_cache cache{4 * KiB, 4 * KiB};
+  block_cache cache{4 * KiB, 4 * KiB};
   ASSERT_TRUE(cached(cache, 1, handed(cache, 0, 1 * KiB), 1 * KiB));
   EXPECT_EQ(cache.put(1, handed(cache, 1, 4 * KiB), 4 * KiB).status, put_status::refused);
   EXPECT_TRUE(cached(cache, 1, handed(cache, 2, 3 * KiB), 3 * KiB));
   EXPECT_EQ(cache.check_invariants(), 4 * KiB);
 }
 
-TEST(FrontCache, IdleCreditOfOneStreamDoesNotStarveAnother)
+TEST(BlockCache, IdleCreditOfOneStreamDoesNotStarveAnother)
 {
-  front_cache cache{64 * KiB};
+  block_cache cache{64 * KiB};
   for (std::size_t i = 0; i < 128; ++i) { handed(cache, i, 1 * KiB); }
   for (std::size_t i = 0; i < 64; ++i) { ASSERT_TRUE(cached(cache, 1, fake(i), 1 * KiB)); }
   for (std::size_t i = 0; i < 64; ++i) { ASSERT_NE(cache.take(1, 1 * KiB), nullptr); }
@@ -482,7 +482,7 @@ TEST(FrontCache, IdleCreditOfOneStreamDoesNotStarveAnother)
   // Stream 1 may still sit on some credit; stream 2 gets the whole cap after a few refusals
   // at most (idle credit is looked for once every few refusals).
   std::size_t ok = 0;
-  for (std::size_t i = 0; i < 64 + front_cache::pressure_window; ++i) {
+  for (std::size_t i = 0; i < 64 + block_cache::pressure_window; ++i) {
     void* const p = fake(64 + i % 64);
     if (cache.recorded_bytes(p) == 0) { handed(cache, 64 + i % 64, 1 * KiB); }
     ok += cached(cache, 2, p, 1 * KiB) ? 1 : 0;
@@ -491,9 +491,9 @@ TEST(FrontCache, IdleCreditOfOneStreamDoesNotStarveAnother)
   EXPECT_EQ(cache.check_invariants(), 64 * KiB);
 }
 
-TEST(FrontCache, AShortLivedStreamHoldsLittleIdleCredit)
+TEST(BlockCache, AShortLivedStreamHoldsLittleIdleCredit)
 {
-  front_cache cache{64 * MiB};  // chunk() is 1 MiB
+  block_cache cache{64 * MiB};  // chunk() is 1 MiB
   ASSERT_EQ(cache.chunk(), 1 * MiB);
   ASSERT_TRUE(cached(cache, 1, handed(cache, 0, 4 * KiB), 4 * KiB));
   EXPECT_LE(cache.stats().charged_bytes, 8 * KiB)
@@ -502,9 +502,9 @@ TEST(FrontCache, AShortLivedStreamHoldsLittleIdleCredit)
 
 // ---- leaving for the pool --------------------------------------------------------------------
 
-TEST(FrontCacheRelease, ReleaseReturnsExactlyTheBlocksCachedAndEmptiesTheCache)
+TEST(BlockCacheRelease, ReleaseReturnsExactlyTheBlocksCachedAndEmptiesTheCache)
 {
-  front_cache cache{1024 * MiB};  // room for all 500 blocks
+  block_cache cache{1024 * MiB};  // room for all 500 blocks
   std::multiset<block> expected;
   std::mt19937_64 rng{42};
   for (std::size_t i = 0; i < 500; ++i) {
@@ -524,9 +524,9 @@ TEST(FrontCacheRelease, ReleaseReturnsExactlyTheBlocksCachedAndEmptiesTheCache)
   EXPECT_TRUE(release_all(cache).empty()) << "a second release finds nothing";
 }
 
-TEST(FrontCacheRelease, ParkedBlocksAreOutOfReachAndStillCharged)
+TEST(BlockCacheRelease, ParkedBlocksAreOutOfReachAndStillCharged)
 {
-  front_cache cache{8 * KiB, 4 * KiB};
+  block_cache cache{8 * KiB, 4 * KiB};
   void* const p = handed(cache, 0, 4 * KiB);
   ASSERT_TRUE(cached(cache, 1, p, 4 * KiB));
   EXPECT_EQ(cache.detach_all(), 1U);
@@ -538,11 +538,11 @@ TEST(FrontCacheRelease, ParkedBlocksAreOutOfReachAndStillCharged)
   EXPECT_EQ(cache.put(1, p, 4 * KiB).status, put_status::already_cached) << "a double free";
 }
 
-TEST(FrontCacheRelease, ABlockFreedAfterTheProofBeganIsNotFreedByIt)
+TEST(BlockCacheRelease, ABlockFreedAfterTheProofBeganIsNotFreedByIt)
 {
   // The release race: a block freed into the cache once the release's synchronization has
   // begun may still be in use by its stream's work; only a later proof covers it.
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   ASSERT_TRUE(cached(cache, 1, handed(cache, 0, 4 * KiB), 4 * KiB));
   ASSERT_TRUE(cached(cache, 2, handed(cache, 2, 4 * KiB), 4 * KiB));
   cache.detach_all();
@@ -562,12 +562,12 @@ TEST(FrontCacheRelease, ABlockFreedAfterTheProofBeganIsNotFreedByIt)
   EXPECT_EQ(cache.check_invariants(), 0U);
 }
 
-TEST(FrontCacheRelease, ABlockParkedBeforeTheProofIsFreedByItWhateverIsParkedAfter)
+TEST(BlockCacheRelease, ABlockParkedBeforeTheProofIsFreedByItWhateverIsParkedAfter)
 {
   // A release parks and begins its proof; before it frees, another thread (the reclaimer, or a
   // second release) parks the same stream's newer block. The release must still free what it
   // parked: it promised the pool that memory back (release_cache, trim_to, out of memory).
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   void* const early = handed(cache, 0, 4 * KiB);
   ASSERT_TRUE(cached(cache, 7, early, 4 * KiB));
   cache.detach_all();
@@ -586,13 +586,13 @@ TEST(FrontCacheRelease, ABlockParkedBeforeTheProofIsFreedByItWhateverIsParkedAft
   EXPECT_EQ(cache.held_blocks(), 0U);
 }
 
-TEST(FrontCacheRelease, AReleaseReturnsOnlyOnceEveryBlockParkedBeforeItWasHandedToAFree)
+TEST(BlockCacheRelease, AReleaseReturnsOnlyOnceEveryBlockParkedBeforeItWasHandedToAFree)
 {
   // The owner waits for its release stream after a release, to have the memory back in the
   // pool. That wait covers only frees already queued: so while another thread (the reclaimer)
   // holds parked blocks and has not queued their frees yet, a release must not return, nor
   // leave a stream's blocks cached because that bucket's older ones are still parked.
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   void* const first = handed(cache, 0, 4 * KiB);
   ASSERT_TRUE(cached(cache, 1, first, 4 * KiB));
   std::atomic<bool> in_free{false};
@@ -622,9 +622,9 @@ TEST(FrontCacheRelease, AReleaseReturnsOnlyOnceEveryBlockParkedBeforeItWasHanded
   EXPECT_EQ(cache.check_invariants(), 0U);
 }
 
-TEST(FrontCacheRelease, ABlockCachedAfterTheDetachStaysCached)
+TEST(BlockCacheRelease, ABlockCachedAfterTheDetachStaysCached)
 {
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   ASSERT_TRUE(cached(cache, 1, handed(cache, 0, 4 * KiB), 4 * KiB));
   cache.detach_all();
   std::uint64_t const proven = cache.begin_proof();
@@ -635,9 +635,9 @@ TEST(FrontCacheRelease, ABlockCachedAfterTheDetachStaysCached)
   EXPECT_EQ(cache.take(1, 4 * KiB), late) << "the late block is still the stream's";
 }
 
-TEST(FrontCacheRelease, DrainStreamFreesOnlyThatStreamsCachedBlocks)
+TEST(BlockCacheRelease, DrainStreamFreesOnlyThatStreamsCachedBlocks)
 {
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   ASSERT_TRUE(cached(cache, 1, handed(cache, 0, 4 * KiB), 4 * KiB));
   ASSERT_TRUE(cached(cache, 2, handed(cache, 1, 4 * KiB), 4 * KiB));
   ASSERT_TRUE(cached(cache, 1, handed(cache, 2, 256), 256));
@@ -653,9 +653,9 @@ TEST(FrontCacheRelease, DrainStreamFreesOnlyThatStreamsCachedBlocks)
   EXPECT_EQ(cache.check_invariants(), 0U);
 }
 
-TEST(FrontCacheRelease, TheCallbackRunsWithNoLockHeld)
+TEST(BlockCacheRelease, TheCallbackRunsWithNoLockHeld)
 {
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   ASSERT_TRUE(cached(cache, 1, handed(cache, 0, 4 * KiB), 4 * KiB));
   ASSERT_TRUE(cached(cache, 2, handed(cache, 1, 4 * KiB), 4 * KiB));
   bool reput = false;
@@ -670,9 +670,9 @@ TEST(FrontCacheRelease, TheCallbackRunsWithNoLockHeld)
 
 // ---- dead and idle streams ---------------------------------------------------------------------
 
-TEST(FrontCacheStale, OnlyBucketsIdleForAWholeEpochAreParked)
+TEST(BlockCacheStale, OnlyBucketsIdleForAWholeEpochAreParked)
 {
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   ASSERT_TRUE(cached(cache, 1, handed(cache, 0, 4 * KiB), 4 * KiB));  // stream 1 then dies
   ASSERT_TRUE(cached(cache, 2, handed(cache, 1, 4 * KiB), 4 * KiB));
   EXPECT_EQ(cache.detach_stale(), 0U) << "both were used during the first epoch";
@@ -693,12 +693,12 @@ TEST(FrontCacheStale, OnlyBucketsIdleForAWholeEpochAreParked)
   EXPECT_EQ(cache.take(2, 4 * KiB), fake(1)) << "the live stream keeps its block";
 }
 
-TEST(FrontCacheStale, BindingABucketWithNoHostMemoryLeftIsARefusalNotATermination)
+TEST(BlockCacheStale, BindingABucketWithNoHostMemoryLeftIsARefusalNotATermination)
 {
   // A stale bucket becomes spare; binding it to a new stream adds a node to the key map, which
   // allocates. Out of host memory that must be a miss and a refusal (rule 5), the cache as it
   // was, never std::terminate from a noexcept call.
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   ASSERT_EQ(cache.take(1, 4 * KiB), nullptr) << "a miss binds stream 1's bucket";
   cache.detach_stale();
   cache.detach_stale();  // idle for a whole epoch: the bucket is spare
@@ -716,24 +716,24 @@ TEST(FrontCacheStale, BindingABucketWithNoHostMemoryLeftIsARefusalNotATerminatio
   EXPECT_EQ(cache.take(2, 4 * KiB), q);
 }
 
-TEST(FrontCacheStale, RefusalsForWantOfHostMemoryAreNoPressureOnTheCap)
+TEST(BlockCacheStale, RefusalsForWantOfHostMemoryAreNoPressureOnTheCap)
 {
   // A put into a class whose list is still empty grows the list, which allocates. Refused for
   // want of host memory, it says nothing of the cap (there is room): it must not be counted as
   // the cap's, nor ask for a stale reclaim that would take idle streams' blocks for nothing.
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   ASSERT_TRUE(cached(cache, 1, handed(cache, 0, 4 * KiB), 4 * KiB));  // stream 1's bucket
-  constexpr std::size_t puts = 2 * front_cache::pressure_window;
+  constexpr std::size_t puts = 2 * block_cache::pressure_window;
   std::array<void*, puts> blocks{};
   std::array<put_status, puts> status{};
   std::array<bool, puts> asked{};
   for (std::size_t i = 0; i < puts; ++i) {  // classes 256 .. 896 bytes: lists still empty
-    blocks[i] = handed(cache, 1 + i, front_cache::class_bytes(i));
+    blocks[i] = handed(cache, 1 + i, block_cache::class_bytes(i));
   }
   {
     test::failing_allocations const no_host_memory;  // no EXPECT in here: a failure allocates
     for (std::size_t i = 0; i < puts; ++i) {
-      status[i] = cache.put(1, blocks[i], front_cache::class_bytes(i)).status;
+      status[i] = cache.put(1, blocks[i], block_cache::class_bytes(i)).status;
       asked[i]  = cache.note_pressure();
     }
   }
@@ -751,11 +751,11 @@ TEST(FrontCacheStale, RefusalsForWantOfHostMemoryAreNoPressureOnTheCap)
   EXPECT_EQ(cache.check_invariants(), 4 * KiB + 256);
 }
 
-TEST(FrontCacheStale, DeadStreamsDoNotStarveALiveOne)
+TEST(BlockCacheStale, DeadStreamsDoNotStarveALiveOne)
 {
   // 2000 streams each free two 4 KiB blocks and die; then a live stream must get hits again once
   // the owner's reclaim (asked for by refused puts) ran.
-  front_cache cache{8 * MiB};
+  block_cache cache{8 * MiB};
   std::size_t next = 0;
   std::size_t reclaims_asked = 0;
   auto reclaim = [&] {
@@ -788,16 +788,16 @@ TEST(FrontCacheStale, DeadStreamsDoNotStarveALiveOne)
   EXPECT_GE(hits, 90U) << "the live stream starved";
   EXPECT_GE(s.reclaims, 1U);
   EXPECT_LE(s.streams, cache.cap() / (8 * KiB) + 64) << "buckets of dead streams were not reused";
-  EXPECT_LE(reclaims_asked, 2000U / front_cache::pressure_window + 100);
+  EXPECT_LE(reclaims_asked, 2000U / block_cache::pressure_window + 100);
   EXPECT_LE(cache.check_invariants(), cache.cap());
 }
 
-TEST(FrontCacheStale, PressureAsksForAReclaimOnlyOnceTheEpochIsOldEnough)
+TEST(BlockCacheStale, PressureAsksForAReclaimOnlyOnceTheEpochIsOldEnough)
 {
   // Stream 1 caches a block and waits; stream 2's refusals press on the cap. With a shortest
   // epoch, no number of refusals asks for a reclaim before the epoch is that old, so two
   // requests in a row cannot take stream 1's block the moment it stops freeing.
-  auto press = [](front_cache& cache, std::size_t first) {
+  auto press = [](block_cache& cache, std::size_t first) {
     std::size_t asked = 0;
     for (std::size_t i = 0; i < 64; ++i) {
       void* const p = handed(cache, first + i, 64 * KiB);
@@ -807,12 +807,12 @@ TEST(FrontCacheStale, PressureAsksForAReclaimOnlyOnceTheEpochIsOldEnough)
     }
     return asked;
   };
-  front_cache aged{1 * MiB, 0, 0, {}, std::uint64_t{3600} * 1'000'000'000};  // an hour
+  block_cache aged{1 * MiB, 0, 0, {}, std::uint64_t{3600} * 1'000'000'000};  // an hour
   ASSERT_TRUE(cached(aged, 1, handed(aged, 0, 64 * KiB), 64 * KiB));
   EXPECT_EQ(press(aged, 1), 0U) << "asked for a reclaim in an epoch younger than its bound";
   EXPECT_EQ(aged.stats().refused_cap, 64U - 15U) << "the cap took 15 more blocks, 16 in all";
 
-  front_cache quick{1 * MiB, 0, 0, {}, 1'000'000};  // 1 ms
+  block_cache quick{1 * MiB, 0, 0, {}, 1'000'000};  // 1 ms
   ASSERT_TRUE(cached(quick, 1, handed(quick, 0, 64 * KiB), 64 * KiB));
   std::this_thread::sleep_for(std::chrono::milliseconds{5});
   std::size_t const asked = press(quick, 1);
@@ -821,17 +821,17 @@ TEST(FrontCacheStale, PressureAsksForAReclaimOnlyOnceTheEpochIsOldEnough)
   EXPECT_EQ(quick.take(1, 64 * KiB), fake(0)) << "stream 1 keeps its block";
   ASSERT_TRUE(cached(quick, 1, fake(0), 64 * KiB));
 
-  front_cache untimed{1 * MiB};  // no bound: every window of refusals asks
+  block_cache untimed{1 * MiB};  // no bound: every window of refusals asks
   ASSERT_TRUE(cached(untimed, 1, handed(untimed, 0, 64 * KiB), 64 * KiB));
-  EXPECT_EQ(press(untimed, 1), (64U - 15U) / front_cache::pressure_window);
+  EXPECT_EQ(press(untimed, 1), (64U - 15U) / block_cache::pressure_window);
 }
 
-TEST(FrontCacheStale, TwoReclaimsInARowLeaveAStreamUsedInTheFirstsEpoch)
+TEST(BlockCacheStale, TwoReclaimsInARowLeaveAStreamUsedInTheFirstsEpoch)
 {
   // Two requests made while the epoch was old ran back to back: the second parked every stream
   // not used in the microseconds-old epoch the first began, one merely waiting for a kernel
   // among them. A reclaim in an epoch younger than the bound now parks nothing.
-  front_cache cache{1 * MiB, 0, 0, {}, 50'000'000};  // 50 ms
+  block_cache cache{1 * MiB, 0, 0, {}, 50'000'000};  // 50 ms
   std::this_thread::sleep_for(std::chrono::milliseconds{60});
   ASSERT_TRUE(cached(cache, 2, handed(cache, 0, 64 * KiB), 64 * KiB));  // used in this epoch
   EXPECT_EQ(cache.detach_stale(), 0U) << "the first reclaim: stream 2 was used";
@@ -839,9 +839,9 @@ TEST(FrontCacheStale, TwoReclaimsInARowLeaveAStreamUsedInTheFirstsEpoch)
   EXPECT_EQ(cache.take(2, 64 * KiB), fake(0)) << "stream 2 keeps its block";
 }
 
-TEST(FrontCacheStale, BucketsOfReclaimedStreamsAreReused)
+TEST(BlockCacheStale, BucketsOfReclaimedStreamsAreReused)
 {
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   for (stream_key k = 1; k <= 100; ++k) {
     ASSERT_TRUE(cached(cache, k, handed(cache, k, 256), 256));
   }
@@ -918,13 +918,13 @@ struct fake_markers {
   }
   static void* handle(stream_key k) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(k)); }
   /// A user frees `p` on `k` after using it there: the use is work on `k`, then the put.
-  put_result free(front_cache& cache, stream_key k, void* p, std::size_t bytes)
+  put_result free(block_cache& cache, stream_key k, void* p, std::size_t bytes)
   {
     last_use[p] = ++work[k];
     return cache.put(k, p, bytes, handle(k));
   }
   /// The owner frees on its release stream: the block's last use must be waited for.
-  std::size_t release(front_cache& cache, bool stale = false)
+  std::size_t release(block_cache& cache, bool stale = false)
   {
     if (stale) {
       cache.detach_stale();
@@ -939,10 +939,10 @@ struct fake_markers {
   }
 };
 
-TEST(FrontCacheMarkers, EveryBlockGoesBackAfterTheReleaseWaitedForItsStream)
+TEST(BlockCacheMarkers, EveryBlockGoesBackAfterTheReleaseWaitedForItsStream)
 {
   fake_markers fm;
-  front_cache cache{1 * MiB, 0, 0, fm.ops()};
+  block_cache cache{1 * MiB, 0, 0, fm.ops()};
   std::size_t n = 0;
   for (int round = 0; round < 20; ++round) {
     for (stream_key k = 1; k <= 8; ++k) {
@@ -957,10 +957,10 @@ TEST(FrontCacheMarkers, EveryBlockGoesBackAfterTheReleaseWaitedForItsStream)
   EXPECT_EQ(cache.check_invariants(), 0U);
 }
 
-TEST(FrontCacheMarkers, AReusedBucketMarksItsNewStream)
+TEST(BlockCacheMarkers, AReusedBucketMarksItsNewStream)
 {
   fake_markers fm;
-  front_cache cache{1 * MiB, 0, 0, fm.ops()};
+  block_cache cache{1 * MiB, 0, 0, fm.ops()};
   for (stream_key k = 1; k <= 10; ++k) {
     ASSERT_EQ(fm.free(cache, k, handed(cache, k, 256), 256).status, put_status::cached);
   }
@@ -974,10 +974,10 @@ TEST(FrontCacheMarkers, AReusedBucketMarksItsNewStream)
   EXPECT_EQ(fm.release(cache), 0U);
 }
 
-TEST(FrontCacheMarkers, APutWhoseStreamCannotBeMarkedIsRefusedAndForgotten)
+TEST(BlockCacheMarkers, APutWhoseStreamCannotBeMarkedIsRefusedAndForgotten)
 {
   fake_markers fm;
-  front_cache cache{1 * MiB, 0, 0, fm.ops()};
+  block_cache cache{1 * MiB, 0, 0, fm.ops()};
   void* const p = handed(cache, 0, 4 * KiB);
   fm.fail_mark  = true;
   auto const r  = fm.free(cache, 1, p, 4 * KiB);
@@ -988,12 +988,12 @@ TEST(FrontCacheMarkers, APutWhoseStreamCannotBeMarkedIsRefusedAndForgotten)
   EXPECT_EQ(cache.check_invariants(), 0U);
 }
 
-TEST(FrontCacheMarkers, APutOnAStreamThatBeganCapturingIsRefusedAndKeepsTheOldOrder)
+TEST(BlockCacheMarkers, APutOnAStreamThatBeganCapturingIsRefusedAndKeepsTheOldOrder)
 {
   // A capture may begin on the stream between the owner's question and its record: the record
   // is then the graph's, and must not become the bucket's order.
   fake_markers fm;
-  front_cache cache{1 * MiB, 0, 0, fm.ops()};
+  block_cache cache{1 * MiB, 0, 0, fm.ops()};
   void* const a = handed(cache, 0, 4 * KiB);
   void* const b = handed(cache, 1, 4 * KiB);
   ASSERT_EQ(fm.free(cache, 1, a, 4 * KiB).status, put_status::cached);
@@ -1009,9 +1009,9 @@ TEST(FrontCacheMarkers, APutOnAStreamThatBeganCapturingIsRefusedAndKeepsTheOldOr
   EXPECT_EQ(cache.check_invariants(), 0U);
 }
 
-TEST(FrontCacheRelease, ABlockWhoseFreeFailsStaysInTheCacheUntilTheNextRelease)
+TEST(BlockCacheRelease, ABlockWhoseFreeFailsStaysInTheCacheUntilTheNextRelease)
 {
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   void* const p = handed(cache, 0, 4 * KiB);
   void* const q = handed(cache, 1, 4 * KiB);
   ASSERT_EQ(cache.put(1, p, 4 * KiB).status, put_status::cached);
@@ -1026,9 +1026,9 @@ TEST(FrontCacheRelease, ABlockWhoseFreeFailsStaysInTheCacheUntilTheNextRelease)
   EXPECT_EQ(freed, std::set<void*>{q});
   auto s = cache.stats();
   EXPECT_EQ(s.parked_blocks, 1U) << "the block whose free failed left the cache";
-  EXPECT_EQ(cache.recorded_bytes(p), front_cache::round_to_class(4 * KiB))
+  EXPECT_EQ(cache.recorded_bytes(p), block_cache::round_to_class(4 * KiB))
     << "the block whose free failed left the record";
-  EXPECT_GE(s.charged_bytes, front_cache::round_to_class(4 * KiB)) << "its charge went back";
+  EXPECT_GE(s.charged_bytes, block_cache::round_to_class(4 * KiB)) << "its charge went back";
   EXPECT_EQ(cache.put(1, p, 4 * KiB).status, put_status::already_cached)
     << "a second free of a block the cache still holds";
   EXPECT_EQ(cache.check_invariants(), 0U);
@@ -1042,9 +1042,9 @@ TEST(FrontCacheRelease, ABlockWhoseFreeFailsStaysInTheCacheUntilTheNextRelease)
   EXPECT_EQ(cache.check_invariants(), 0U);
 }
 
-TEST(FrontCacheRelease, ABlockItsOwnStreamCouldNotFreeIsCachedThereAgain)
+TEST(BlockCacheRelease, ABlockItsOwnStreamCouldNotFreeIsCachedThereAgain)
 {
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   void* const p = handed(cache, 0, 4 * KiB);
   ASSERT_EQ(cache.put(7, p, 4 * KiB).status, put_status::cached);
   EXPECT_EQ(cache.drain_stream(7, [](stream_key, void*, std::size_t) noexcept { return false; }),
@@ -1054,25 +1054,25 @@ TEST(FrontCacheRelease, ABlockItsOwnStreamCouldNotFreeIsCachedThereAgain)
   EXPECT_EQ(cache.check_invariants(), 0U);
 }
 
-TEST(FrontCacheMarkers, RefusalsForUnmarkableStreamsAreNoPressureOnTheCap)
+TEST(BlockCacheMarkers, RefusalsForUnmarkableStreamsAreNoPressureOnTheCap)
 {
   // A stale reclaim takes idle streams' blocks to make room under the cap: puts refused because
   // their stream could not be marked say nothing of the cap, and must not ask for one.
   fake_markers fm;
-  front_cache cache{1 * MiB, 0, 0, fm.ops()};
+  block_cache cache{1 * MiB, 0, 0, fm.ops()};
   fm.fail_mark = true;
-  for (std::size_t i = 0; i < 4 * front_cache::pressure_window; ++i) {
+  for (std::size_t i = 0; i < 4 * block_cache::pressure_window; ++i) {
     ASSERT_EQ(fm.free(cache, 1, handed(cache, i, 4 * KiB), 4 * KiB).status, put_status::refused);
     EXPECT_FALSE(cache.note_pressure()) << "refusal " << i << " asked for a stale reclaim";
   }
-  EXPECT_EQ(cache.stats().refused_unmarked, 4 * front_cache::pressure_window);
+  EXPECT_EQ(cache.stats().refused_unmarked, 4 * block_cache::pressure_window);
   EXPECT_EQ(cache.stats().refused_cap, 0U);
 }
 
-TEST(FrontCacheMarkers, ABucketWhoseReleaseCannotBeOrderedKeepsItsBlocks)
+TEST(BlockCacheMarkers, ABucketWhoseReleaseCannotBeOrderedKeepsItsBlocks)
 {
   fake_markers fm;
-  front_cache cache{1 * MiB, 0, 0, fm.ops()};
+  block_cache cache{1 * MiB, 0, 0, fm.ops()};
   void* const p = handed(cache, 0, 4 * KiB);
   ASSERT_EQ(fm.free(cache, 1, p, 4 * KiB).status, put_status::cached);
   fm.fail_order = true;
@@ -1082,11 +1082,11 @@ TEST(FrontCacheMarkers, ABucketWhoseReleaseCannotBeOrderedKeepsItsBlocks)
   EXPECT_EQ(cache.check_invariants(), 0U);
 }
 
-TEST(FrontCacheMarkers, TheCacheDestroysEachMarkerOnce)
+TEST(BlockCacheMarkers, TheCacheDestroysEachMarkerOnce)
 {
   fake_markers fm;
   {
-    front_cache cache{1 * MiB, 0, 0, fm.ops()};
+    block_cache cache{1 * MiB, 0, 0, fm.ops()};
     for (stream_key k = 1; k <= 5; ++k) {
       ASSERT_EQ(fm.free(cache, k, handed(cache, k, 256), 256).status, put_status::cached);
       ASSERT_EQ(fm.free(cache, k, handed(cache, k + 100, 256), 256).status, put_status::cached);
@@ -1099,9 +1099,9 @@ TEST(FrontCacheMarkers, TheCacheDestroysEachMarkerOnce)
 
 // ---- statistics ------------------------------------------------------------------------------
 
-TEST(FrontCache, StatsCountWhatHappened)
+TEST(BlockCache, StatsCountWhatHappened)
 {
-  front_cache cache{8 * KiB, 4 * KiB};
+  block_cache cache{8 * KiB, 4 * KiB};
   EXPECT_EQ(cache.take(1, 4 * KiB), nullptr);                           // miss
   ASSERT_TRUE(cached(cache, 1, handed(cache, 0, 4 * KiB), 4 * KiB));    // cached
   ASSERT_TRUE(cached(cache, 2, handed(cache, 1, 4 * KiB), 4 * KiB));    // cached: cap full
@@ -1123,9 +1123,9 @@ TEST(FrontCache, StatsCountWhatHappened)
   EXPECT_EQ(s.charged_high, 8 * KiB) << "both blocks were charged at once";
 }
 
-TEST(FrontCache, ResetPeaksRestartsFromTheChargeNow)
+TEST(BlockCache, ResetPeaksRestartsFromTheChargeNow)
 {
-  front_cache cache{8 * KiB, 4 * KiB};
+  block_cache cache{8 * KiB, 4 * KiB};
   ASSERT_TRUE(cached(cache, 1, handed(cache, 0, 4 * KiB), 4 * KiB));
   ASSERT_TRUE(cached(cache, 1, handed(cache, 1, 4 * KiB), 4 * KiB));
   EXPECT_EQ(cache.stats().charged_high, 8 * KiB);
@@ -1138,11 +1138,11 @@ TEST(FrontCache, ResetPeaksRestartsFromTheChargeNow)
   EXPECT_LE(cache.stats().charged_high, 8 * KiB);
 }
 
-TEST(FrontCache, EveryCallTheOwnerMakesOnANoexceptPathIsNoexcept)
+TEST(BlockCache, EveryCallTheOwnerMakesOnANoexceptPathIsNoexcept)
 {
   // The owner frees, releases and reclaims from noexcept paths (a resource's deallocate and
   // destructor): none of these may throw, by declaration.
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   auto const none = [](stream_key, void*, std::size_t) noexcept {};
   static_assert(noexcept(cache.take(1, 1)));
   static_assert(noexcept(cache.record(nullptr, 1)));
@@ -1162,27 +1162,27 @@ TEST(FrontCache, EveryCallTheOwnerMakesOnANoexceptPathIsNoexcept)
 
 // ---- lifetime of thread-local entries --------------------------------------------------------
 
-TEST(FrontCache, ANewCacheAtADestroyedCachesAddressSharesNoThreadLocalEntry)
+TEST(BlockCache, ANewCacheAtADestroyedCachesAddressSharesNoThreadLocalEntry)
 {
-  alignas(front_cache) std::byte storage[sizeof(front_cache)];
-  auto* first = new (storage) front_cache{1 * MiB};
+  alignas(block_cache) std::byte storage[sizeof(block_cache)];
+  auto* first = new (storage) block_cache{1 * MiB};
   ASSERT_TRUE(cached(*first, 7, handed(*first, 0, 4 * KiB), 4 * KiB));
   std::uint64_t const first_id = first->id();
-  first->~front_cache();  // dropped with a block inside: the bucket is freed
+  first->~block_cache();  // dropped with a block inside: the bucket is freed
 
-  auto* second = new (storage) front_cache{1 * MiB};
+  auto* second = new (storage) block_cache{1 * MiB};
   ASSERT_EQ(static_cast<void*>(second), static_cast<void*>(first));
   EXPECT_NE(second->id(), first_id);
   EXPECT_EQ(second->take(7, 4 * KiB), nullptr) << "the old cache's block must not show up";
   auto const s = second->stats();
   EXPECT_EQ(s.streams, 1U) << "key 7 was registered afresh, not found through a stale entry";
   EXPECT_EQ(s.misses, 1U);
-  second->~front_cache();
+  second->~block_cache();
 }
 
-TEST(FrontCache, RecycledBucketsKeepStreamsApart)
+TEST(BlockCache, RecycledBucketsKeepStreamsApart)
 {
-  front_cache cache{1 * MiB};
+  block_cache cache{1 * MiB};
   // 64 streams whose buckets are empty again: candidates for reuse.
   for (stream_key k = 1; k <= 64; ++k) {
     ASSERT_TRUE(cached(cache, k, handed(cache, k, 256), 256));
@@ -1322,7 +1322,7 @@ std::atomic<std::uint64_t> logical_clock{1};
 std::shared_mutex release_gate;
 
 /// One thread of the stress test, as the owner (stream_cache) would drive the cache.
-void stress_thread(front_cache& cache, shadow& m, stream_key first_key, bool own_streams,
+void stress_thread(block_cache& cache, shadow& m, stream_key first_key, bool own_streams,
                    std::uint64_t seed, int ops, stress_counts& n)
 {
   std::mt19937_64 rng{seed};
@@ -1436,7 +1436,7 @@ void stress_thread(front_cache& cache, shadow& m, stream_key first_key, bool own
 
 void run_stress(std::size_t threads, int ops)
 {
-  front_cache cache{256 * KiB};
+  block_cache cache{256 * KiB};
   shadow m{16384};
   std::vector<stress_counts> counts(threads);
   std::atomic<bool> done{false};
@@ -1525,9 +1525,9 @@ void run_stress(std::size_t threads, int ops)
   EXPECT_EQ(s.recorded_blocks, 0U) << "the record holds nothing the pool has back";
 }
 
-TEST(FrontCacheStress, OneThreadAgainstTheShadowModel) { run_stress(1, 40000); }
+TEST(BlockCacheStress, OneThreadAgainstTheShadowModel) { run_stress(1, 40000); }
 
-TEST(FrontCacheStress, EightThreadsReleasesAndReclaimsAgainstTheShadowModel)
+TEST(BlockCacheStress, EightThreadsReleasesAndReclaimsAgainstTheShadowModel)
 {
   run_stress(8, 30000);
 }

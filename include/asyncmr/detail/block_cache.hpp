@@ -4,17 +4,20 @@
 #pragma once
 
 /**
- * @file front_cache.hpp
+ * @file block_cache.hpp
  * @brief A per-stream cache of freed blocks in front of a stream-ordered memory pool, with an
  * ownership record: it takes back only blocks it can show it handed out.
  *
  * No CUDA in here: a stream is an opaque 64-bit key and a block is a pointer plus a size, so the
- * whole mechanism is tested on a machine without a GPU. The owner (src/stream_cache.cpp) binds it
- * to CUDA streams and to a pool.
+ * whole mechanism is tested on a machine without a GPU (tests/cpp/block_cache_test.cpp). The
+ * front cache (src/detail/front_cache.hpp) binds it to CUDA streams and to a pool.
  *
- * ## The rules that make it sound
- * 1. **Only recorded blocks are cached.** The owner records every block it allocates from the
- *    pool for a cacheable request (`record`, at the class size). `put` accepts a block only if
+ * ## How the mechanism keeps the front cache's rules
+ * What the cache promises its users is stated once, in the user guide
+ * (docs/user_guide/front_cache.md, "The rules", numbered there). This is how the mechanism
+ * keeps them:
+ * 1. **Only recorded blocks are cached** (the user guide's rule 1). The owner records every
+ *    block it allocates from the pool for a cacheable request (`record`, at the class size). `put` accepts a block only if
  *    the record holds it as handed out, at the class the free names; anything else (a graph's
  *    allocation, another pool's block, a block of the pool that an uncached sibling allocated at
  *    its exact size, a wrong size, a second free of a cached block) is answered without any
@@ -26,10 +29,11 @@
  *    the record, and nothing would be cached any more). A free whose note is gone is answered
  *    `not_recorded`, and the owner asks the driver, which names no other pool for a graph's
  *    block, and frees it to the pool: the same free, one driver question later.
- * 2. **A block goes only to the stream it was freed on.** A block put for key K is handed out
- *    only to a `take` with key K, with no event: stream order on K makes that safe, as long as K
- *    names one stream for the block's whole time in the cache (see "Stream keys").
- * 3. **A block leaves the cache for the pool only when no stream can still use it:** either in
+ * 2. **A block goes only to the stream it was freed on** (the page's opening paragraph). A block
+ *    put for key K is handed out only to a `take` with key K, with no event: stream order on K
+ *    makes that safe, as long as K names one stream for the block's whole time in the cache
+ *    (see "Stream keys").
+ * 3. **A block leaves the cache for the pool only when no stream can still use it** (rule 3): in
  *    the order of its own stream (`drain_stream`, whose callback frees on that stream), or in
  *    the order of the owner's release stream once that stream waits for the block's own
  *    stream (see "Markers": `detach_all` / `detach_stale` park a bucket's blocks only after
@@ -130,7 +134,7 @@ using stream_key = std::uint64_t;
 
 using front_cache_stats = asyncmr::front_cache_stats;
 
-/// @brief What `front_cache::put` did with a block.
+/// @brief What `block_cache::put` did with a block.
 enum class put_status {
   cached,          ///< the cache owns it now
   refused,         ///< not kept (cap, or no host memory): the caller frees it to the pool
@@ -178,7 +182,7 @@ struct stream_markers {
  * @brief A test-and-test-and-set lock: uncontended, one atomic exchange and one store;
  * contended, it spins briefly and yields. Never throws (a `std::mutex` may), so it guards the
  * paths that must be `noexcept`, and costs a hit pair less than a `std::mutex` in a bucket's
- * place (front_cache_bench).
+ * place (block_cache_bench).
  */
 class spin_lock {
  public:
@@ -203,7 +207,7 @@ class spin_lock {
  * @brief Per-stream front cache of freed blocks, by size class, under a byte cap, taking back
  * only the blocks it recorded. See the file comment for the rules.
  */
-class front_cache {
+class block_cache {
  public:
   static constexpr std::size_t min_class_bytes   = 256;  ///< smallest class, bytes
   static constexpr unsigned classes_per_doubling = 4;
@@ -229,7 +233,7 @@ class front_cache {
    *   this old; 0, the default, at every `pressure_window` refusals
    * @throws std::invalid_argument naming the bad value; std::bad_alloc
    */
-  explicit front_cache(std::size_t cap_bytes,
+  explicit block_cache(std::size_t cap_bytes,
                        std::size_t max_block_bytes = 0,
                        std::size_t record_slots    = 0,
                        stream_markers markers      = {},
@@ -237,11 +241,11 @@ class front_cache {
   /// @brief Drops the bookkeeping and destroys the markers. Blocks still cached or parked are NOT
   /// freed (no CUDA here): the owner releases them first. No thread may be inside another call
   /// of this cache.
-  ~front_cache();
-  front_cache(front_cache const&)            = delete;
-  front_cache& operator=(front_cache const&) = delete;
-  front_cache(front_cache&&)                 = delete;
-  front_cache& operator=(front_cache&&)      = delete;
+  ~block_cache();
+  block_cache(block_cache const&)            = delete;
+  block_cache& operator=(block_cache const&) = delete;
+  block_cache(block_cache&&)                 = delete;
+  block_cache& operator=(block_cache&&)      = delete;
 
   /// @brief The class a request of `bytes` (> 0) maps to, bytes, whatever the cap.
   [[nodiscard]] static constexpr std::size_t round_to_class(std::size_t bytes) noexcept
@@ -478,7 +482,7 @@ class front_cache {
     return static_cast<unsigned>(63 - __builtin_clzll(v));
   }
 
-  // The ownership record (see front_cache_record.cpp).
+  // The ownership record (the ownership record, src/block_cache.cpp).
   [[nodiscard]] std::atomic<std::uint64_t>* find_slot(void const* ptr) const noexcept;
   /// The slot holding `ptr`'s record and the value read there in the same load (a second load
   /// could find another block's record: the slot may be freed and reused in between), or
