@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Fails when a finished CMake/Ninja build used a CUDA toolkit instead of the PyPI wheels.
+"""Fails when a finished CMake/Ninja build used a CUDA toolkit instead of the PyPI wheels, or
+when libasyncmr.so or the installed package is not linked as one shared library.
 
-    ci/check_build.py BUILD_DIR --cuda 12|13 [--nvcc-from-wheel]
+    ci/check_build.py BUILD_DIR --cuda 12|13 [--nvcc-from-wheel] [--package DIR]
 
 Reads what the compiler and linker actually touched: every header each object depends on
 (``ninja -t deps``), every command (``ninja -t commands``) and the CMake cache. Fails if any
@@ -12,9 +13,19 @@ resolve into the CUDA runtime wheels of that major (13: nvidia/cu13; 12: nvidia/
 with crt/ from nvidia/cuda_nvcc). With --nvcc-from-wheel, an nvcc in the commands must be
 the nvidia-cuda-nvcc wheel's. So it catches a build that found a toolkit through a path CMake
 was not told to ignore, and one that picked the other CUDA major's wheel.
+
+The libasyncmr.so the build made (when it made one) must hold the static runtime and keep it to
+itself: linked with libcudart_static.a, nothing of the runtime undefined, exported or needed
+(libcudart.so, libcuda.so), and every symbol it exports names asyncmr. With --package, the same
+holds for the installed package's library (DIR: site-packages/asyncmr), which must be its one
+libasyncmr.so, at DIR/lib/; and every extension module of the package needs it once, finds it
+there through RUNPATH $ORIGIN/lib (as `ldd` resolves it), calls into it (asyncmr symbols
+undefined) and exports none of its own: a process then holds one copy of asyncmr's registries.
+Uses readelf, nm and ldd (binutils and glibc).
 """
 
 import argparse
+import importlib.machinery
 import os
 import re
 import shlex
@@ -41,11 +52,97 @@ def ninja(build_dir, *tool):
                           capture_output=True, text=True).stdout
 
 
+LIBRARY = "libasyncmr.so"
+# What the static CUDA runtime defines: none of it may be left undefined, or exported.
+CUDART = re.compile(r"^(cuda|__cuda|__cudart)")
+
+
+def output_of(*cmd):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+
+
+def needed_and_runpath(path):
+    """(DT_NEEDED names, DT_RUNPATH or DT_RPATH entries) of the ELF file at `path`."""
+    needed, runpath = [], []
+    for line in output_of("readelf", "-d", "-W", path).splitlines():
+        m = re.search(r"\((NEEDED|RUNPATH|RPATH)\).*\[(.*)\]", line)
+        if m and m.group(1) == "NEEDED":
+            needed.append(m.group(2))
+        elif m:
+            runpath += m.group(2).split(":")
+    return needed, runpath
+
+
+def dynamic_symbols(path, which):
+    """The demangled names of the dynamic symbols of `path`, `which`: "defined"/"undefined"."""
+    out = output_of("nm", "-D", "-C", f"--{which}-only", path)
+    return [m.group(1) for line in out.splitlines()
+            if (m := re.match(r"^\s*(?:[0-9a-fA-F]+\s+)?[A-Za-z]\s+(.+)$", line))]
+
+
+def library_problems(path):
+    """What is wrong with the libasyncmr.so at `path`: a runtime not its own, or exports beyond
+    asyncmr's."""
+    problems = []
+    needed, _ = needed_and_runpath(path)
+    problems += [f"{path} needs {n}: the CUDA runtime must be linked in statically"
+                 for n in needed if n.startswith(("libcudart", "libcuda."))]
+    undefined = [s for s in dynamic_symbols(path, "undefined") if CUDART.match(s)]
+    problems += [f"{path} leaves CUDA runtime symbols undefined: {', '.join(undefined[:5])}"
+                 ] if undefined else []
+    foreign = [s for s in dynamic_symbols(path, "defined") if "asyncmr::" not in s]
+    problems += [f"{path} exports symbols that are not asyncmr's (the static runtime's, or a "
+                 f"dependency's): {', '.join(foreign[:5])}"] if foreign else []
+    return problems
+
+
+def package_problems(package):
+    """What is wrong with the installed package at `package` (site-packages/asyncmr); prints
+    what each extension module resolves libasyncmr.so to."""
+    package = os.path.realpath(package)
+    library = os.path.join(package, "lib", LIBRARY)
+    problems = []
+    libraries = sorted(os.path.join(d, f) for d, _, files in os.walk(package) for f in files
+                       if f.startswith("libasyncmr.") and f.endswith((".so", ".a")))
+    if libraries != [library]:
+        problems.append(f"the package must hold one {LIBRARY}, at {library}; it holds "
+                        f"{libraries or 'none'}")
+    if os.path.isfile(library):
+        problems += library_problems(library)
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    extensions = sorted(os.path.join(d, f) for d, _, files in os.walk(package) for f in files
+                        if f.endswith(suffixes) and not f.startswith("lib"))
+    if not extensions:
+        problems.append(f"no extension modules in {package}")
+    for ext in extensions:
+        name = os.path.relpath(ext, package)
+        needed, runpath = needed_and_runpath(ext)
+        if needed.count(LIBRARY) != 1:
+            problems.append(f"{name} needs {LIBRARY} {needed.count(LIBRARY)} times, not once")
+        if runpath != ["$ORIGIN/lib"]:
+            problems.append(f"{name}: RUNPATH {runpath}, not ['$ORIGIN/lib'] (nothing of the "
+                            f"build machine may leak into an installed file)")
+        # "libasyncmr.so => /path/libasyncmr.so (0x...)" or "libasyncmr.so => not found"
+        resolved = [line.split("=>", 1)[1].split(" (")[0].strip()
+                    for line in output_of("ldd", ext).splitlines()
+                    if line.split()[:2] == [LIBRARY, "=>"]]
+        print(f"  ldd {name}: {LIBRARY} => {', '.join(resolved) or 'not needed'}")
+        if [os.path.realpath(r) for r in resolved] != [library]:
+            problems.append(f"{name}: ldd resolves {LIBRARY} to {resolved}, not {library}")
+        if not any("asyncmr::" in s for s in dynamic_symbols(ext, "undefined")):
+            problems.append(f"{name} calls nothing of {LIBRARY}: it carries a copy of its own")
+        exported = [s for s in dynamic_symbols(ext, "defined") if "asyncmr::" in s]
+        if exported:
+            problems.append(f"{name} exports asyncmr symbols of its own: {', '.join(exported[:5])}")
+    return problems
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("build_dir")
     ap.add_argument("--cuda", required=True, choices=sorted(WHEEL))
     ap.add_argument("--nvcc-from-wheel", action="store_true")
+    ap.add_argument("--package", help="the installed asyncmr package directory to check too")
     args = ap.parse_args()
 
     forbidden = ["/usr/local/cuda"] + os.environ.get("ASYNCMR_HIDDEN_TOOLKITS", "").split()
@@ -96,6 +193,16 @@ def main():
         problems += [f"nvcc not from the nvidia-cuda-nvcc wheel: {p}" for p in nvcc
                      if "/nvidia/cu13/bin/" not in p]
 
+    built = os.path.join(args.build_dir, LIBRARY)
+    if os.path.isfile(built):
+        problems += library_problems(built)
+        links = [cmd for cmd in commands if re.search(rf"-o {re.escape(LIBRARY)}(\s|$)", cmd)]
+        if not any(want["lib"] in real(p) for cmd in links for p in shlex.split(cmd)
+                   if p.endswith("libcudart_static.a")):
+            problems.append(f"{LIBRARY} is not linked with the wheel's libcudart_static.a")
+    if args.package:
+        problems += package_problems(args.package)
+
     if problems:
         print(f"check_build: {args.build_dir}: {len(problems)} problem(s)")
         for p in problems[:40]:
@@ -104,7 +211,9 @@ def main():
     print(f"check_build: {args.build_dir}: CUDA {args.cuda} from the wheels "
           f"({runtime_h[0]}, {cudart[0]}){', nvcc ' + nvcc[0] if nvcc else ''}; "
           f"{len(deps)} headers and {len(commands)} commands, none from "
-          f"{' or '.join(p for p in forbidden if p)}")
+          f"{' or '.join(p for p in forbidden if p)}"
+          f"{'; ' + LIBRARY + ' holds the runtime' if os.path.isfile(built) else ''}"
+          f"{'; the package links one ' + LIBRARY if args.package else ''}")
     return 0
 
 

@@ -7,7 +7,8 @@
 # given in:
 #   build     asyncmr-cu13 from source into the system site (CUDA headers and static runtime
 #             from the wheels in .whl/build), checked: its name, its CUDA major, and
-#             ci/check_build.py (no toolkit file in the build)
+#             ci/check_build.py (no toolkit file in the build; libasyncmr.so holds the runtime;
+#             every extension module links the installed package's one libasyncmr.so)
 #   cpp       the GoogleTest suite (ctest), CUDA 13
 #   consumer  the C++ package installed with `cmake --install`, tests/cpp/consumer built against
 #             it and run (allocates through rmm::device_async_resource_ref from each resource)
@@ -191,9 +192,10 @@ EOF
 }
 
 # check_variant NAME MAJOR PYTHONPATH: the asyncmr imported there is asyncmr-cu<MAJOR> and
-# links the CUDA <MAJOR> runtime, and its build (build/cu<MAJOR>-*) used the wheels only.
+# links the CUDA <MAJOR> runtime, its build (build/cu<MAJOR>-*) used the wheels only, and every
+# extension module of the installed package links its one libasyncmr.so (ldd, in the log).
 check_variant() {
-  local name=$1 major=$2 path=$3 dir
+  local name=$1 major=$2 path=$3 dir pkg
   run "$name-check" env PYTHONPATH="$path" python3 -c "
 import importlib.metadata as md, asyncmr
 names = sorted(d.metadata['Name'] for d in md.distributions()
@@ -203,7 +205,9 @@ assert 'asyncmr-cu$major' in names, names
 assert asyncmr.runtime_version() // 1000 == $major, 'not the CUDA $major build'
 " || return 1
   dir=$(ls -d build/cu"$major"-* 2>/dev/null | head -1)
-  run "$name-check-build" python3 ci/check_build.py "${dir:-build/cu$major-missing}" --cuda "$major"
+  pkg=$(PYTHONPATH="$path" python3 -c 'import asyncmr, os; print(os.path.dirname(asyncmr.__file__))')
+  run "$name-check-build" python3 ci/check_build.py "${dir:-build/cu$major-missing}" --cuda "$major" \
+    --package "$pkg"
 }
 
 # cpp_suite NAME BUILD_DIR SITE [CMAKE_ARG...]: configure, build and run the GoogleTest suite

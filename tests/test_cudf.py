@@ -98,3 +98,53 @@ def test_bad_input_is_refused(cudf_door):
         door.set_pinned_memory_resource(asyncmr.AsyncDeviceMR(pool="new"))
     with pytest.raises(TypeError, match="AsyncPinnedMR"):
         door.set_pinned_memory_resource(None)
+
+
+def _fill_with_cached_blocks(mr, stream):
+    """Allocates from ``mr`` until its pool has no byte left (1 MiB blocks, then ever smaller
+    ones down to the cache's smallest class), then frees every block into ``mr``'s front cache.
+    Returns the bytes cached."""
+    blocks = []
+    for size in (MiB, 64 << 10, 4 << 10, 256):
+        for _ in range(256):
+            try:
+                blocks.append((mr.allocate(size, stream), size))
+            except MemoryError:
+                break
+    for ptr, size in blocks:
+        mr.deallocate(ptr, size, stream)
+    return sum(size for _, size in blocks)
+
+
+def test_a_cudf_allocation_the_pool_cannot_serve_gets_the_python_sides_cached_blocks(
+        cudf_door, tmp_path):
+    # cuDF calls the installed resource through libasyncmr.so, the library asyncmr._core links,
+    # so one registry holds both resources' caches. An allocation on cuDF's side that the pool
+    # cannot serve gets back the blocks the Python side's resource caches on the same pool. (With
+    # the C++ library linked statically into each extension, cuDF's side asked only the caches
+    # of its own copy, which held none: the allocation failed, or cuDF went without the pool.)
+    from rmm.pylibrmm.stream import Stream
+
+    plc, pa, door = cudf_door
+    pool = asyncmr.MemPool.create(asyncmr.Location.host(), "pinned", max_size=64 * MiB,
+                                  release_threshold=0)
+    # A cap above the pool's size: the cache never refuses a put, so nothing but an allocation
+    # that runs out of memory gives its blocks back.
+    python_side = asyncmr.AsyncPinnedMR(pool=pool, cache=128 * MiB)
+    cudf_side = asyncmr.AsyncPinnedMR(pool=pool, cache=64 * MiB)
+    stream = Stream()
+    cached = _fill_with_cached_blocks(python_side, stream)
+    assert cached >= 32 * MiB, f"the 64 MiB pool served only {cached} bytes"
+    assert python_side.cache_info["bytes"] == cached, python_side.cache_info
+    table = _table(pa, 2_000_000)  # the size the first test shows cuDF staging through the pool
+    with door.pinned_memory_resource(cudf_side):
+        with cudf_side.track_peak() as peak:
+            got = _round_trip(plc, pa, table, tmp_path / "full.parquet")
+            sync()
+    for i, name in enumerate(table.column_names):
+        np.testing.assert_array_equal(got.column(i).to_numpy(), table.column(name).to_numpy())
+    assert peak.used > 0, "cuDF took no pinned memory from the pool"
+    assert python_side.cache_info["blocks"] == 0, (
+        f"cuDF's side did not get the Python side's cached blocks back: {python_side.cache_info}")
+    cudf_side.release_cache()  # cuDF keeps the resource alive: its blocks go back now
+    sync()

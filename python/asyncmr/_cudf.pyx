@@ -7,13 +7,9 @@
 from cython.operator cimport dereference as deref
 from libcpp cimport bool as cbool
 
-from asyncmr._core cimport (
-    AsyncPinnedMR, async_pinned_memory_resource, install_blocking_hooks, translate_exception,
-)
-
-# This module links its own copy of asyncmr's C++ library (the resource reference cuDF calls
-# through runs that copy's code): its waits on the device release the GIL too.
-install_blocking_hooks()
+# The resource reference cuDF calls through runs libasyncmr.so, the library _core links: its
+# registries, and the GIL hooks _core installed, are the ones the Python side uses.
+from asyncmr._core cimport AsyncPinnedMR, async_pinned_memory_resource, translate_exception
 
 
 cdef extern from "_cudf_bridge.hpp" namespace "asyncmr_py" nogil:
