@@ -47,8 +47,8 @@ from asyncmr._core import (
 from asyncmr._attributes import TABLE as attribute_table
 from asyncmr._attributes import AttributeInfo, PeakTracker, PoolAttributes
 
-# Pinned NumPy arrays. The CuPy and Dask doors are submodules that import their
-# library: `import asyncmr.cupy`, `import asyncmr.dask`.
+# Pinned NumPy arrays. The CuPy, Dask and cuda.core doors are submodules that import their
+# library: `import asyncmr.cupy`, `import asyncmr.dask`, `import asyncmr.cuda_core`.
 from asyncmr.pinned import (
     PinnedBlock,
     pinned_empty,

@@ -295,6 +295,7 @@ from rmm.pylibrmm.memory_resource._memory_resource cimport DeviceMemoryResource
 cdef class MemPool:
     cdef unique_ptr[mem_pool] c_pool
     cdef object _hash_key
+    cdef object _owner      # the object owning the pool this views (a cuda.core resource): kept alive
     cdef object __weakref__
 
     @staticmethod

@@ -82,6 +82,10 @@ _Devices: TypeAlias = Literal["all"] | _Int | Iterable[_Int]
 _GilPolicy: TypeAlias = Literal["auto", "always", "never"]
 _PathName: TypeAlias = Literal["runtime", "driver_entry_point", "stand_in"]
 _ExportHandleName: TypeAlias = Literal["posix_fd", "fabric"]
+# Another library's pool object: a cuda.bindings CUmemoryPool or cudaMemPool_t, a cuda.core
+# DeviceMemoryResource, PinnedMemoryResource or ManagedMemoryResource, an asyncmr.cuda_core.Resource
+# (libraries asyncmr does not import, so not named here).
+_PoolObject: TypeAlias = Any
 
 POOL_SOURCES: dict[str, PoolSource]
 ALLOCATION_TYPES: tuple[str, ...]
@@ -164,7 +168,7 @@ class MemPool:
     ) -> MemPool: ...
     @staticmethod
     def from_handle(
-        handle: _Int | MemPool,
+        handle: _Int | MemPool | _PoolObject,
         *,
         owned: bool = False,
         location: Location | None = None,
@@ -248,7 +252,7 @@ class _PoolResource(DeviceMemoryResource):
     def reset_peaks(self) -> None: ...
     def track_peak(self, name: str | None = None) -> PeakTracker: ...
 
-_PoolChoice: TypeAlias = _PoolLike | _Int | MemPool
+_PoolChoice: TypeAlias = _PoolLike | _Int | MemPool | _PoolObject
 
 @disjoint_base
 class AsyncManagedMR(_PoolResource):

@@ -15,7 +15,7 @@ from rmm.pylibrmm.utils cimport as_stream
 
 from rmm.pylibrmm.stream import DEFAULT_STREAM
 
-from asyncmr import _validate
+from asyncmr import _foreign_pools, _validate
 from asyncmr._exceptions import CUDAError, NoDeviceError, PoolClosedError, UnsupportedError
 from asyncmr._location import Location
 

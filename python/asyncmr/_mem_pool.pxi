@@ -3,6 +3,24 @@
 
 # ---- MemPool -----------------------------------------------------------------------------------
 
+cdef object _hint(name, given, known, what):
+    """What ``from_handle`` tells asyncmr of a pool object's ``name`` (location or
+    allocation_type): ``given`` where the caller gave it (checked first), else what the object
+    says; ValueError where the two disagree."""
+    cdef location_t c_loc
+    if given is None:
+        return known
+    if name == "location":
+        c_loc = to_location(given)
+        same = known is None or from_location(c_loc) == known
+    else:
+        same = known is None or AllocationType(to_type(given)).name == known
+    if not same:
+        raise ValueError(f"{name}={given!r}, but the pool of this {what} is "
+                         f"{'at ' if name == 'location' else ''}{known!r}")
+    return given
+
+
 cdef class MemPool:
     """A CUDA memory pool, owned or viewed.
 
@@ -71,17 +89,38 @@ cdef class MemPool:
 
     @staticmethod
     def from_handle(handle, *, owned=False, location=None, allocation_type=None):
-        """Adopt an existing ``cudaMemPool_t`` (an int address, or a MemPool).
+        """Adopt an existing pool: a ``cudaMemPool_t`` as an int, a MemPool, a cuda.bindings
+        ``CUmemoryPool`` or ``cudaMemPool_t``, or the pool of a cuda.core
+        ``DeviceMemoryResource``, ``PinnedMemoryResource`` or ``ManagedMemoryResource`` (or of an
+        :class:`asyncmr.cuda_core.Resource`).
 
-        ``owned=True`` hands its destruction to asyncmr. ``location`` and ``allocation_type``
-        let drivers older than 13.2, which cannot report them, route the pool. A closed
-        MemPool raises :class:`PoolClosedError`; an int is judged by what the driver says of it
-        now (see the README's Known limits).
+        ``owned=True`` hands its destruction to asyncmr; a resource's pool stays its owner's
+        (ValueError). ``location`` and ``allocation_type`` let drivers older than 13.2, which
+        cannot report them, route the pool; a cuda.core resource gives its own (ValueError when
+        they disagree). The view keeps a cuda.core resource alive, so its pool lives as long as
+        the view; closing that resource while the view is in use leaves the view with the handle
+        of a pool that may be gone. Refused by type, before any driver call: cuda.bindings
+        streams, events and other handles (TypeError), a closed MemPool or cuda.core resource
+        (:class:`PoolClosedError`). An int is judged by what the driver says of it now (see the
+        README's Known limits).
         """
         if not isinstance(owned, bool):  # bool("no") is True: the wrong pool would be destroyed
             raise TypeError(f"owned must be a bool, got {_validate.type_name(owned)}")
+        owner = None
         if isinstance(handle, MemPool):
+            owner = (<MemPool>handle)._owner
             handle = handle.handle  # raises PoolClosedError for a closed pool
+        else:
+            foreign = _foreign_pools.recognize(handle)
+            if foreign is not None:
+                what = _foreign_pools.name_of(handle)
+                if owned and foreign.owner is not None:
+                    raise ValueError(f"the pool of a {what} is its resource's to destroy: adopt it "
+                                     "with owned=False (a view)")
+                location = _hint("location", location, foreign.location, what)
+                allocation_type = _hint("allocation_type", allocation_type,
+                                        foreign.allocation_type, what)
+                handle, owner = foreign.handle, foreign.owner
         h = _validate.handle(handle)
         cdef optional[location_t] loc
         cdef optional[AllocationType] t
@@ -89,7 +128,9 @@ cdef class MemPool:
             loc = optional[location_t](to_location(location))
         if allocation_type is not None:
             t = optional[AllocationType](to_type(allocation_type))
-        return MemPool.wrap(adopt_handle(<uintptr_t>h, owned, loc, t))
+        cdef MemPool pool = MemPool.wrap(adopt_handle(<uintptr_t>h, owned, loc, t))
+        pool._owner = owner
+        return pool
 
     @property
     def handle(self):

@@ -22,7 +22,7 @@ cdef object _common_options(pool, release_threshold, cache, reserve,
                            resource_options* options):
     """The options every resource takes, into ``options``: which pool, the release threshold,
     the bytes reserved up front and the front cache's cap (bytes; None or 0: none). Returns
-    the pool to adopt (an int handle or a MemPool), or None."""
+    the pool to adopt (an int handle, a pool object or a MemPool), or None."""
     options.release_threshold = to_bytes("release_threshold", release_threshold)
     options.reserve = _validate.size("reserve", reserve, optional=False)
     cap = _validate.size("cache", cache)
@@ -91,8 +91,8 @@ cdef class _PoolResource(DeviceMemoryResource):
         self._adopted = adopted  # an int is adopted by _adopt_pool, once every option is checked
 
     cdef _adopt_pool(self):
-        """The pool to adopt, if any, as ``_adopt``: an int handle is asked of the driver here,
-        after the subclass checked the rest of its arguments (``check_fields``)."""
+        """The pool to adopt, if any, as ``_adopt``: an int handle or a pool object is asked of
+        the driver here, after the subclass checked the rest of its arguments (``check_fields``)."""
         if self._adopted is None:
             return
         if not isinstance(self._adopted, MemPool):
@@ -103,6 +103,8 @@ cdef class _PoolResource(DeviceMemoryResource):
         self.c_base = base
         self.c_ref = ref
         self.pool = MemPool.wrap(base.pool())
+        if isinstance(self._adopted, MemPool):  # a cuda.core resource owning the pool lives on
+            self.pool._owner = (<MemPool>self._adopted)._owner
         self._adopt = NULL
         self._adopted = None
         self._gil = _GIL_AUTO
@@ -380,9 +382,11 @@ cdef class AsyncManagedMR(_PoolResource):
     ----------
     device : int, optional
         The device the resource is for (default: the current device).
-    pool : "default" | "current" | "new" | int | MemPool
+    pool : "default" | "current" | "new" | int | MemPool | pool object
         The device's default managed pool (shared), the current one (shared), a new pool
-        owned by the resource, or an existing pool (adopted, never destroyed by asyncmr).
+        owned by the resource, or an existing pool (adopted, never destroyed by asyncmr): a
+        handle, a MemPool, or a pool object :meth:`MemPool.from_handle` takes (a cuda.core
+        pool resource, a cuda.bindings pool handle).
     location : Location, optional
         Where the pool's memory lives: ``Location.device(device)`` (default),
         ``Location.host()`` or ``Location.none()``.
@@ -460,7 +464,7 @@ cdef class AsyncPinnedMR(_PoolResource):
 
     Parameters
     ----------
-    pool : "default" | "current" | "new" | int | MemPool
+    pool : "default" | "current" | "new" | int | MemPool | pool object
         As for :class:`AsyncManagedMR`; the default is the default host pinned pool.
     numa_node : int, optional
         Take memory from this host NUMA node (default: any host memory).
@@ -506,7 +510,7 @@ cdef class AsyncDeviceMR(_PoolResource):
     ----------
     device : int, optional
         The device (default: the current device).
-    pool : "default" | "current" | "new" | int | MemPool
+    pool : "default" | "current" | "new" | int | MemPool | pool object
         As for :class:`AsyncManagedMR`; the default pool is the one ``cudaMallocAsync`` uses.
     release_threshold : int, optional
         As for :class:`AsyncManagedMR`.

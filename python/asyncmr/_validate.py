@@ -128,34 +128,46 @@ def items(value, expected: str) -> list:
 
 
 def pool(value):
-    """``pool`` given by name or handle: "default", "current", "new" or an int handle (the
-    resources take a MemPool and a PoolSource member before asking here).
+    """``pool`` given by name, handle or pool object: "default", "current", "new", an int handle,
+    or another library's pool object (see _foreign_pools; the resources take a MemPool and a
+    PoolSource member before asking here).
 
-    Returns (name, None) for a pool named by its role, else (None, handle).
+    Returns (name, None) for a pool named by its role, else (None, what to adopt: the int handle,
+    or the pool object, which MemPool.from_handle reads again for its location and owner).
     """
+    from asyncmr._foreign_pools import POOL_OBJECTS, recognize
+
+    expected = f"pool must be 'default', 'current', 'new', an int handle, a MemPool, {POOL_OBJECTS}"
     if isinstance(value, str):
         if value not in POOL_NAMES:
-            raise ValueError(
-                f"pool must be 'default', 'current', 'new', an int handle or a MemPool, got {value!r}"
-            )
+            raise ValueError(f"{expected}, got {value!r}")
         return value, None
-    if integer(value) is None or isinstance(value, enum.Enum):
-        raise TypeError(
-            "pool must be 'default', 'current', 'new', an int handle or a MemPool, "
-            f"got {type_name(value)}"
-        )
+    if isinstance(value, enum.Enum):
+        raise TypeError(f"{expected}, got {type_name(value)}")
+    if recognize(value) is not None:  # TypeError for cuda.bindings streams and events
+        return None, value
+    if integer(value) is None:
+        raise TypeError(f"{expected}, got {type_name(value)}")
     return None, handle(value)
 
 
 def handle(value) -> int:
-    """A ``cudaMemPool_t`` as an int: non-zero, 64-bit. An enum member is a name, not a handle,
-    even an int one (``PoolSource.new_pool`` is 2)."""
+    """A ``cudaMemPool_t`` as an int: non-zero, 64-bit; from an int (NumPy's integers too) or
+    another library's pool object (see _foreign_pools). An enum member is a name, not a handle,
+    even an int one (``PoolSource.new_pool`` is 2); a cuda.bindings stream or event is no pool,
+    though it converts to int."""
+    from asyncmr._foreign_pools import POOL_OBJECTS, recognize
+
     if isinstance(value, enum.Enum):
         raise TypeError(f"pool handle must be an int address, got {type_name(value)}")
-    value = as_integer(value, "pool handle", "an int address")
-    if not 0 < value <= UINT64_MAX:
-        raise ValueError(f"pool handle must be a non-zero 64-bit address, got {value}")
-    return value
+    foreign = recognize(value)
+    number = foreign.handle if foreign is not None else integer(value)
+    if number is None:
+        raise TypeError(f"pool handle must be an int address, a MemPool, {POOL_OBJECTS}, "
+                        f"got {type_name(value)}")
+    if not 0 < number <= UINT64_MAX:
+        raise ValueError(f"pool handle must be a non-zero 64-bit address, got {number}")
+    return number
 
 
 def location_kind(value, name: str = "") -> None:

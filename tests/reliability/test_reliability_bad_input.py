@@ -21,6 +21,8 @@ from typing import Callable
 import numpy as np
 import pytest
 import rmm
+from cuda.bindings import driver as cu_driver
+from cuda.bindings import runtime as cu_runtime
 
 import asyncmr
 from asyncmr import (
@@ -278,6 +280,16 @@ CASES = [
       r"pool handle must be an int", cpu=True),
     C("from-handle-str", lambda c: MemPool.from_handle("0x7f00"), TypeError,
       r"pool handle must be an int", cpu=True),
+    # cuda.bindings' handles convert to int: a stream or an event would be read as a pool.
+    C("from-handle-cuda-bindings-stream",
+      lambda c: MemPool.from_handle(cu_driver.CUstream(0x7F0000001000)), TypeError,
+      r"a cuda\.bindings\.driver\.CUstream is not a memory pool", cpu=True),
+    C("from-handle-cuda-bindings-event",
+      lambda c: MemPool.from_handle(cu_runtime.cudaEvent_t(0x7F0000001000)), TypeError,
+      r"a cuda\.bindings\.runtime\.cudaEvent_t is not a memory pool", cpu=True),
+    C("pool-cuda-bindings-stream",
+      lambda c: AsyncDeviceMR(pool=cu_runtime.cudaStream_t(0x7F0000001000)), TypeError,
+      r"a cuda\.bindings\.runtime\.cudaStream_t is not a memory pool", cpu=True),
     C("pinned-device-keyword", lambda c: AsyncPinnedMR(device=0), TypeError,
       r"unexpected keyword argument 'device'", cpu=True),
     C("device-location-keyword", lambda c: AsyncDeviceMR(location=DEV0), TypeError,
