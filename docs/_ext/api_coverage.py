@@ -14,7 +14,7 @@ logger = logging.getLogger(__name__)
 
 #: The modules whose ``__all__`` the reference must cover (docs/api/).
 API_MODULES = ("asyncmr", "asyncmr.history", "asyncmr.cupy", "asyncmr.cudf",
-               "asyncmr.cudf_pandas", "asyncmr.dask")
+               "asyncmr.cudf_pandas", "asyncmr.dask", "asyncmr.cuda_core")
 #: Public names that have no docstring yet: the one place that excuses them. Each needs a
 #: docstring in the library (the C++ enums reach Python through asyncmr._core without one);
 #: the API page describes them meanwhile.

@@ -21,6 +21,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
+#: What a history file says it is: its ``"format"``.
 FORMAT = "asyncmr-history"
 #: The file layout's version, which is also its histories' ``header["version"]``.
 VERSION = 1
