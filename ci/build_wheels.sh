@@ -6,7 +6,8 @@
 #   ci/build_wheels.sh DIR          (PYTHON=3.12 picks the host's interpreter version)
 #
 # - rapids-build-backend and what it imports (pure Python, plus PyYAML and rpds-py builds for
-#   that interpreter): the PEP 517 backend in pyproject.toml. ci/gpu.sh installs them into a
+#   that interpreter): the PEP 517 backend in pyproject.toml; hatch-fancy-pypi-readme (and
+#   hatchling's pieces it imports), which scikit-build-core calls for the long description. ci/gpu.sh installs them into a
 #   folder of their own on PYTHONPATH.
 # - nvidia-cuda-runtime and nvidia-cuda-crt 13.0: the CUDA 13 headers and static runtime, so the
 #   host's cu13 build takes them from wheels too, as every other build does.
@@ -26,7 +27,7 @@ source "$(dirname "$0")/fetch_wheels.sh"
 
 fetch "$out" 'rapids-build-backend==0.4.1' 'rapids-dependency-file-generator>=1.13.3,<2' \
   PyYAML packaging tomlkit jsonschema jsonschema-specifications referencing rpds-py attrs \
-  typing-extensions \
+  typing-extensions hatch-fancy-pypi-readme hatchling pathspec pluggy trove-classifiers \
   'nvidia-cuda-runtime==13.0.*' 'nvidia-cuda-crt==13.0.*'
 
 keep_newest "$out"  # ci/gpu.sh installs every wheel of DIR/build at once

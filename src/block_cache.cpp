@@ -548,7 +548,7 @@ put_result block_cache::put(stream_key stream, void* ptr, std::size_t bytes, voi
     return {put_status::wrong_size, rec};
   }
   auto const refuse = [&](std::uint64_t bucket::*counter) noexcept -> put_result {
-    if (counter != nullptr) { ++(b->*counter); }
+    ++(b->*counter);
     b->lock.unlock();
     // Only the cap's refusals are pressure (note_pressure): an unmarkable stream or no host
     // memory says nothing of what a stale reclaim would free room for.
@@ -580,13 +580,14 @@ put_result block_cache::put(stream_key stream, void* ptr, std::size_t bytes, voi
     }
     if (b->credit < c && !reserve(*b, c)) { return refuse(&bucket::refused_cap); }
   }
-  // The stream's order, captured before the block can be seen (see "Markers"). A capturing
-  // stream's free is the graph's: it goes to the pool, as a free that bypasses the cache.
+  // The stream's order, captured before the block can be seen (see "Markers"). A stream that
+  // began capturing after the owner looked has its bucket's order dropped by the owner: the
+  // block is cached, and the bucket waits for its stream's next put to be ordered again.
   if (markers_.mark != nullptr) {
     switch (markers_.mark(markers_.context, b->marker, handle)) {
-      case mark_result::marked: break;
+      case mark_result::marked:
+      case mark_result::capturing: break;
       case mark_result::unmarkable: return refuse(&bucket::refused_unmarked);
-      case mark_result::capturing: return refuse(nullptr);
     }
   }
   try {

@@ -123,7 +123,17 @@ mark_result mark_stream(void*, void*& marker, void* stream) noexcept
   // once, and the bucket's earlier blocks would be freed without their stream's order).
   if (recorded == nullptr) { return mark_result::unmarkable; }
   // The legacy stream never captures (and is not asked: see legacy_stream).
-  if (!legacy_stream(s) && stream_capturing(s)) { return mark_result::capturing; }
+  if (!legacy_stream(s) && stream_capturing(s)) {
+    // A capture began on the stream after the caller looked: the record is the graph's, and no
+    // event can hold the stream's order from before the capture any more. The old order does
+    // not cover this block's last use either, so the bucket keeps no order until its stream's
+    // next put records one (the bucket's blocks stay cached until then, or go back in the
+    // stream's own order). The driver refuses the free itself inside the capture: a free node
+    // takes only a graph's allocation.
+    if (pair->order != nullptr) { clear_own_error(cudaEventDestroy(pair->order)); }
+    pair->order = nullptr;
+    return mark_result::capturing;
+  }
   pair->spare = pair->order;
   pair->order = recorded;
   return mark_result::marked;
@@ -554,11 +564,10 @@ free_result front_cache::deallocate(cudaStream_t stream, void* ptr, std::size_t 
   // the driver cannot name, or after the pool was closed (it is parked until its blocks are
   // back, and hits are refused anyway), a block goes to the pool, never into the cache. The
   // record is asked first all the same: a block it holds as cached (a second free) or at
-  // another class is refused there as here, before the driver is asked anything. Whether the
-  // stream captures is asked after the put's record (mark_stream), which a capture begun at any
-  // moment before it cannot escape; the put is then refused.
+  // another class is refused there as here, before the driver is asked anything. A capture
+  // that begins on the stream after this look is caught after the put's record (mark_stream).
   stream_key key{};
-  bool const into_cache = !pool_.closed() && key_for(stream, key);
+  bool const into_cache = !pool_.closed() && !in_capture(stream) && key_for(stream, key);
   if (auto const hook = testing_put_hook.load(std::memory_order_relaxed); hook && into_cache) {
     hook(stream);
   }

@@ -361,11 +361,13 @@ TEST_F(SoundnessTest, AFreeRacingACaptureOnItsStreamBreaksNeitherTheCaptureNorTh
       EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess)
         << "round " << round << ": the racing free invalidated the capture";
     }
-    // The free that met the capture is the graph's (as without a cache): it runs at the launch.
     if (graph != nullptr) {
       EXPECT_EQ(instantiate_and_run(graph, s), cudaSuccess);
       EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
     }
+    // The block that met the capture is cached, its stream's bucket unordered until the next
+    // free there records the stream's order again; then a release gives everything back.
+    mr.deallocate(sr, mr.allocate(sr, 4096), 4096);
     EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
     EXPECT_NO_THROW(mr.release_cache());
     EXPECT_EQ(pool.get_attribute(pool_attribute::used_mem_current), 0U)

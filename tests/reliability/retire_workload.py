@@ -63,7 +63,7 @@ def run(rounds: int, *, kinds=KINDS, adopt: bool = False, seed: int = 0,
         held_array = cupy.arange(1 << 16, dtype=cupy.float32)
         held_buffer = rmm.DeviceBuffer(size=1 << 16)
     legacy, per_thread, long_lived = LEGACY_DEFAULT_STREAM, PER_THREAD_DEFAULT_STREAM, Stream()
-    counts = {"resources": 0, "pairs": 0, "closed": 0, "prefetches": 0}
+    counts = {"resources": 0, "pairs": 0, "closed": 0, "prefetches": 0, "prefetches refused": 0}
     mr = None
     for r in range(rounds):
         for kind in kinds:
@@ -75,8 +75,13 @@ def run(rounds: int, *, kinds=KINDS, adopt: bool = False, seed: int = 0,
                 for size in SIZES:
                     p = mr.allocate(size, stream)
                     if kind.startswith("managed") and rng.random() < 0.5:
-                        asyncmr.prefetch((p, size), rng.choice(("device", "host")), stream)
-                        counts["prefetches"] += 1
+                        try:
+                            asyncmr.prefetch((p, size), rng.choice(("device", "host")), stream)
+                            counts["prefetches"] += 1
+                        except asyncmr.CUDAError:
+                            # The driver refuses some explicit prefetches of managed pool memory
+                            # (cudaErrorUnknown, not sticky): counted, not this test's subject.
+                            counts["prefetches refused"] += 1
                     mr.deallocate(p, size, stream)
                     counts["pairs"] += 1
             del fresh  # destroyed with frees (or the cache's markers) still queued on it
@@ -111,7 +116,8 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     counts = run(a.rounds, kinds=tuple(a.kinds.split(",")), adopt=a.adopt, seed=a.seed,
                  others=not a.alone)
-    print("retire workload:", " ".join(f"{k}={v}" for k, v in counts.items()), flush=True)
+    print("retire workload:", " ".join(f"{k.replace(' ', '_')}={v}" for k, v in counts.items()),
+          flush=True)
     return 0 if counts["parked"] == 0 else 1
 
 

@@ -161,15 +161,16 @@ struct put_result {
 enum class mark_result {
   marked,      ///< the marker holds the stream's order now
   unmarkable,  ///< no marker could be set: the put is refused (counted `refused_unmarked`)
-  capturing,   ///< the stream captures: its free belongs to the graph, never to the cache
+  capturing,   ///< the stream began capturing: cached, its bucket unordered until the next put
 };
 
 struct stream_markers {
   void* context{nullptr};
   /// Before a block freed on `stream` (the handle `put` was given) enters the bucket: sets
   /// `marker` there, making it on first use (or remaking it). The marker takes the new order
-  /// only once the stream is known not to capture; otherwise it keeps the order it had, and the
-  /// put is refused.
+  /// only once the stream is known not to capture; a stream that began capturing after the
+  /// owner's look (`capturing`) leaves the marker with no order (`order` then answers false and
+  /// the bucket's blocks stay cached) until a later put records one.
   mark_result (*mark)(void* context, void*& marker, void* stream) noexcept = nullptr;
   /// As the bucket's blocks are parked: orders every free the owner makes later after
   /// `marker`. False leaves them cached.
