@@ -310,6 +310,17 @@ def out_of_memory():
 threading.Thread(target=out_of_memory, daemon=True).start()
 waiting.wait()
 time.sleep(0.5)
+
+
+class WaitAtExit:
+    """Destroyed as the interpreter finalizes its modules: the main thread sleeps there, the GIL
+    let go, while the daemon thread's wait ends."""
+
+    def __del__(self, sleep=time.sleep):
+        sleep(6)
+
+
+keeper = WaitAtExit()
 print("exiting while a daemon thread waits", flush=True)
 """
 
