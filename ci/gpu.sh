@@ -59,8 +59,10 @@
 #             at allocation saves over a prefetch; then ci/probes/reserve_facts.cu: what growing
 #             a pool up front costs and buys a first pass; then ci/probes/access_facts.cu: what
 #             cudaMemPoolSetAccess does with a pool's own device given less than read-write and
-#             a device named twice. PROBES (default "pointer managed destroy marker legacy
-#             discard reserve access") picks among them
+#             a device named twice; then ci/probes/retire_facts.cu: created pools of each kind
+#             retired after stream-ordered use (prefetches, a fresh stream destroyed before or
+#             after the pool). PROBES (default "pointer managed destroy marker legacy discard
+#             reserve access retire") picks among them
 #   before    the defect tests on the code before their fix: BEFORE_TAR (default
 #             .before/tree.tar, made here with `git archive -o .before/tree.tar <commit>`; the
 #             tree must hold the tests) is built into its own site and its soundness tests run
@@ -216,7 +218,12 @@ assert asyncmr.runtime_version() // 1000 == $major, 'not the CUDA $major build'
 cpp_suite() {
   local name=$1 dir=$2 where=$3
   shift 3
-  run "$name-configure" env PYTHONPATH="$where" cmake -S . -B "$dir" -G Ninja \
+  # The system compiler where there is one: the host's /opt/gcc toolchain (CMake's default there)
+  # links its own libstdc++ into libasyncmr.so statically, where the tests that replace
+  # operator new cannot reach it (BlockCacheStale's no-host-memory tests failed so).
+  local cxx=()
+  [ -x /usr/bin/g++ ] && cxx=(-DCMAKE_CXX_COMPILER=/usr/bin/g++)
+  run "$name-configure" env PYTHONPATH="$where" cmake -S . -B "$dir" -G Ninja "${cxx[@]}" \
     -DASYNCMR_BUILD_PYTHON=OFF -DASYNCMR_BUILD_TESTS=ON -DASYNCMR_TEST_CUDA_ARCHITECTURES=90 \
     -DASYNCMR_GTEST_SOURCE_DIR="$repo/.gtest" -DASYNCMR_TEST_NVCC="$(command -v nvcc)" \
     -DPython3_EXECUTABLE="$(command -v python3)" \
@@ -451,7 +458,7 @@ if has stacks; then
 fi
 
 if has probe; then
-  probes=${PROBES:-pointer managed destroy marker legacy discard reserve access}
+  probes=${PROBES:-pointer managed destroy marker legacy discard reserve access retire}
   probe_wanted() { [[ " $probes " == *" $1 "* ]]; }
   if probe_wanted pointer; then
     run probe-build nvcc -O2 -std=c++17 -o /tmp/pointer_facts ci/probes/pointer_facts.cu -lcuda \
@@ -490,6 +497,17 @@ if has probe; then
   if probe_wanted access; then
     run probe-access-build nvcc -O2 -std=c++17 -o /tmp/access_facts ci/probes/access_facts.cu \
       && run probe-access timeout 60 /tmp/access_facts
+  fi
+  # Each variant in a process of its own: a crash inside the driver is its answer, logged.
+  if probe_wanted retire && run probe-retire-build nvcc -O2 -std=c++17 -o /tmp/retire_facts \
+       ci/probes/retire_facts.cu; then
+    for variant in "device none" "pinned none" "managed none" "managed device" "managed host"; do
+      for order in stream-first pool-first; do
+        # shellcheck disable=SC2086
+        timeout 60 /tmp/retire_facts $variant 300 nosync $order 2>&1 | tail -2 | tee -a "$log"
+        say "probe-retire $variant $order: exit ${PIPESTATUS[0]}"
+      done
+    done
   fi
 fi
 

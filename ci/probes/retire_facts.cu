@@ -1,9 +1,13 @@
 // What retiring a created pool does, pool kind by kind, after stream-ordered use that the
 // driver may still be running when the pool goes (ci/gpu.sh probe, PROBES=retire).
 //
-//   retire_facts KIND PLACE ROUNDS [sync|nosync]
+//   retire_facts KIND PLACE ROUNDS [sync|nosync] [stream-first|pool-first]
 //     KIND   device | pinned | managed
 //     PLACE  none | device | host: a prefetch of each block before its free (managed only)
+//     stream-first (default): the round's created stream is destroyed before the pool;
+//     pool-first: after it (asyncmr's order when a resource is dropped before the stream it
+//     used; in Python a managed pool prefetched on a fresh stream then crashed a later
+//     cuMemPoolDestroy on driver 580: tests/reliability/retire_workload.py)
 //
 // Each round creates a pool, allocates and frees 4 KiB, 64 KiB and 1 MiB + 512 on the legacy,
 // per-thread and a created stream (destroyed at once), trims the pool to 0 and reads its
@@ -34,6 +38,7 @@ int main(int argc, char** argv)
   const char* place = argv[2];
   int rounds        = atoi(argv[3]);
   bool sync         = argc > 4 && strcmp(argv[4], "sync") == 0;
+  bool pool_first   = argc > 5 && strcmp(argv[5], "pool-first") == 0;
   cudaFree(0);
   // Other memory in the process, as RMM and CuPy hold it.
   void* other = nullptr;
@@ -74,7 +79,7 @@ int main(int argc, char** argv)
         cudaFreeAsync(p, s);
       }
     }
-    cudaStreamDestroy(fresh);
+    if (!pool_first) { cudaStreamDestroy(fresh); }
     kept.push_back(pool);
     if (sync) { cudaDeviceSynchronize(); }
     // asyncmr's check: used 0, and reserved 0 after a trim to 0; then destroy.
@@ -93,9 +98,11 @@ int main(int argc, char** argv)
       }
     }
     kept.swap(still);
+    if (pool_first) { cudaStreamDestroy(fresh); }
   }
   e = cudaDeviceSynchronize();
-  printf("retire %s %s %s: %d rounds, %d destroyed, %zu kept, synchronize %s\n", kind, place,
-         sync ? "sync" : "nosync", rounds, destroyed, kept.size(), cudaGetErrorName(e));
+  printf("retire %s %s %s %s: %d rounds, %d destroyed, %zu kept, synchronize %s\n", kind, place,
+         sync ? "sync" : "nosync", pool_first ? "pool-first" : "stream-first", rounds, destroyed,
+         kept.size(), cudaGetErrorName(e));
   return 0;
 }

@@ -313,9 +313,8 @@ time.sleep(0.5)
 
 
 class WaitAtExit:
-    """Destroyed as the interpreter finalizes its modules: the main thread sleeps there, the GIL
-    let go, while the daemon thread's wait ends."""
-
+    # Destroyed as the interpreter finalizes its modules: the main thread sleeps there, the GIL
+    # let go, while the daemon thread's wait ends.
     def __del__(self, sleep=time.sleep):
         sleep(6)
 
