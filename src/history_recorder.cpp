@@ -69,7 +69,9 @@ std::vector<history_event> history_recorder::stop(std::uint64_t& dropped)
 std::vector<history_event> history_recorder::read(std::uint64_t& dropped) const
 {
   std::lock_guard guard{lock_};  // a stop on another thread would free the ring
-  if (history_ring const* const ring = recordings_.active()) { return events_in_ns(*ring, dropped); }
+  if (history_ring const* const ring = recordings_.active()) {
+    return events_in_ns(*ring, dropped);
+  }
   throw std::logic_error{"asyncmr: no history is being recorded on this resource"};
 }
 
@@ -122,15 +124,7 @@ void history_recorder::pool_event(history_ring& ring,
                                   cudaStream_t stream,
                                   std::size_t cached) noexcept
 {
-  history_event e{};
-  e.time_ns  = history_stamp();
-  e.bytes    = bytes;
-  e.stream   = reinterpret_cast<std::uintptr_t>(stream);
-  e.cached   = cached;
-  e.action   = action;
-  e.reserved = last_reserved_.load(std::memory_order_relaxed);
-  e.used     = last_used_.load(std::memory_order_relaxed);
-  read_pool(ring, pool, e, true);
+  read_pool(ring, pool, known_event(history_stamp(), action, nullptr, bytes, stream, cached), true);
 }
 
 }  // namespace asyncmr::detail

@@ -63,6 +63,22 @@ class history_recorder {
   void read_pool(history_ring& ring, mem_pool const& pool, history_event e, bool forced) noexcept;
   // Sets read_period_ (and period_settled_) from the counter's rate as measured now.
   void measure_read_period() noexcept;
+  // An event's own part, with the pool's state as last known: what pair() and pool_event() share.
+  [[nodiscard]] history_event known_event(std::uint64_t now, history_action action,
+                                          void const* ptr, std::size_t bytes,
+                                          cudaStream_t stream, std::size_t cached) const noexcept
+  {
+    history_event e{};
+    e.time_ns  = now;
+    e.address  = reinterpret_cast<std::uintptr_t>(ptr);
+    e.bytes    = bytes;
+    e.stream   = reinterpret_cast<std::uintptr_t>(stream);
+    e.cached   = cached;
+    e.action   = action;
+    e.reserved = last_reserved_.load(std::memory_order_relaxed);
+    e.used     = last_used_.load(std::memory_order_relaxed);
+    return e;
+  }
 
   history_owner recordings_;  // record into recordings_.active(), with &recordings_
   // The pool's reserved bytes at the last event that read them, to notice growth and trims.
@@ -95,15 +111,7 @@ class history_recorder {
                                                           std::uint64_t now,
                                                           std::size_t cached) noexcept
 {
-  history_event e{};
-  e.time_ns  = now;
-  e.address  = reinterpret_cast<std::uintptr_t>(ptr);
-  e.bytes    = bytes;
-  e.stream   = reinterpret_cast<std::uintptr_t>(stream);
-  e.cached   = cached;
-  e.action   = action;
-  e.reserved = last_reserved_.load(std::memory_order_relaxed);
-  e.used     = last_used_.load(std::memory_order_relaxed);
+  history_event e = known_event(now, action, ptr, bytes, stream, cached);
   // `used` moves by a load and a store, not a read-modify-write: two locked instructions on
   // every recorded pair otherwise (benchmark section 11 measures the recording's cost). Events
   // racing on several threads may lose each other's move until the next read of the pool sets it
