@@ -61,8 +61,10 @@
 #             cudaMemPoolSetAccess does with a pool's own device given less than read-write and
 #             a device named twice; then ci/probes/retire_facts.cu: created pools of each kind
 #             retired after stream-ordered use (prefetches, a fresh stream destroyed before or
-#             after the pool). PROBES (default "pointer managed destroy marker legacy discard
-#             reserve access retire") picks among them
+#             after the pool, destroyed on a second thread); then ci/probes/race_facts.cu: which
+#             calls on one thread race a managed pool's create, trim or destroy on another.
+#             PROBES (default "pointer managed destroy marker legacy discard reserve access
+#             retire race") picks among them
 #   before    the defect tests on the code before their fix: BEFORE_TAR (default
 #             .before/tree.tar, made here with `git archive -o .before/tree.tar <commit>`; the
 #             tree must hold the tests) is built into its own site and its soundness tests run
@@ -458,7 +460,7 @@ if has stacks; then
 fi
 
 if has probe; then
-  probes=${PROBES:-pointer managed destroy marker legacy discard reserve access retire}
+  probes=${PROBES:-pointer managed destroy marker legacy discard reserve access retire race}
   probe_wanted() { [[ " $probes " == *" $1 "* ]]; }
   if probe_wanted pointer; then
     run probe-build nvcc -O2 -std=c++17 -o /tmp/pointer_facts ci/probes/pointer_facts.cu -lcuda \
@@ -502,11 +504,24 @@ if has probe; then
   if probe_wanted retire && run probe-retire-build nvcc -O2 -std=c++17 -o /tmp/retire_facts \
        ci/probes/retire_facts.cu; then
     for variant in "device none" "pinned none" "managed none" "managed device" "managed host"; do
-      for order in stream-first pool-first; do
+      for words in stream-first pool-first "thread fresh-only max-threshold"; do
         # shellcheck disable=SC2086
-        timeout 60 /tmp/retire_facts $variant 300 nosync $order 2>&1 | tail -2 | tee -a "$log"
-        say "probe-retire $variant $order: exit ${PIPESTATUS[0]}"
+        timeout 60 /tmp/retire_facts $variant 100 $words 2>&1 | tail -2 | tee -a "$log"
+        say "probe-retire $variant $words: exit ${PIPESTATUS[0]}"
       done
+    done
+    for kind in device managed; do
+      timeout 30 /tmp/retire_facts $kind none 1 settle 2>&1 | tee -a "$log"
+    done
+  fi
+  if probe_wanted race && run probe-race-build nvcc -O2 -std=c++17 -o /tmp/race_facts \
+       ci/probes/race_facts.cu; then
+    for pair in "prefetch managed" "prefetch managed-unused" "prefetch managed-keep" \
+                "prefetch device" "prefetch pinned" "prefetch-malloc managed-keep" \
+                "alloc-free managed-keep" "nothing managed-keep"; do
+      # shellcheck disable=SC2086
+      timeout 30 /tmp/race_facts $pair 3 2>&1 | tail -1 | tee -a "$log"
+      say "probe-race $pair: exit ${PIPESTATUS[0]}"
     done
   fi
 fi
@@ -536,7 +551,7 @@ if has before; then
            -DPython3_EXECUTABLE="$(command -v python3)" -DCMAKE_BUILD_TYPE=Release \
            "-DCMAKE_PREFIX_PATH=$site/librmm;$site/rapids_logger" >/dev/null \
            && cmake --build build/cpp -j 16 --target asyncmr_tests >/dev/null \
-           && ctest --test-dir build/cpp -R Soundness --output-on-failure --timeout 60) 2>&1 | tee -a "$log"
+           && ctest --test-dir build/cpp -R "${BEFORE_CPP_TESTS:-Soundness}" --output-on-failure --timeout 60) 2>&1 | tee -a "$log"
         say "before: done (its failures do not fail this run)"
       fi
     fi

@@ -15,6 +15,7 @@
 //   is idle;
 // - the stand-in default host pools of a CUDA 12 build on a 12.x driver, never destroyed.
 
+#include "detail/driver_api.hpp"
 #include "detail/pool_state.hpp"
 
 #include <asyncmr/detail/capture_mode.hpp>
@@ -71,11 +72,24 @@ std::optional<std::uint64_t> counter(cudaMemPool_t h, cudaMemPoolAttr attribute)
 // block stays reserved until its stream runs the free, and a pool destroyed with a free still
 // queued left that stream never finishing on driver 580 (ci/probes/pool_destroy_facts.cu). False
 // when the driver cannot answer: then the pool is kept rather than risked.
+// Pool lifetime calls, never at once with a placement call (detail::placement_call_lock).
+void trim_to_nothing(cudaMemPool_t h) noexcept
+{
+  auto const lifetime = pool_lifetime_lock();
+  clear_own_error(cudaMemPoolTrimTo(h, 0));
+}
+
+void destroy(cudaMemPool_t h) noexcept
+{
+  auto const lifetime = pool_lifetime_lock();
+  clear_own_error(cudaMemPoolDestroy(h));
+}
+
 bool holds_nothing(cudaMemPool_t h) noexcept
 {
   auto const used = counter(h, cudaMemPoolAttrUsedMemCurrent);
   if (!used || *used != 0) { return false; }
-  clear_own_error(cudaMemPoolTrimTo(h, 0));
+  trim_to_nothing(h);
   auto const reserved = counter(h, cudaMemPoolAttrReservedMemCurrent);
   return reserved && *reserved == 0;
 }
@@ -101,8 +115,6 @@ bool idle(cudaMemPool_t handle,
 }
 
 namespace {
-
-void destroy(cudaMemPool_t h) noexcept { clear_own_error(cudaMemPoolDestroy(h)); }
 
 // Whether `handle` is among the parked pools. Caller holds the registry mutex.
 bool parked(owned_pools const& pools, cudaMemPool_t handle) noexcept
@@ -276,7 +288,7 @@ void retire(cudaMemPool_t handle,
   if (parked_idle(entry)) {
     destroy(handle);
   } else {
-    clear_own_error(cudaMemPoolTrimTo(handle, 0));  // give back what is not in use now
+    trim_to_nothing(handle);  // give back what is not in use now
     try {
       pools.parked.push_back(std::move(entry));  // room reserved at registration (owned pools)
     } catch (...) {  // NOLINT(bugprone-empty-catch): no memory to remember it: it is never
@@ -306,6 +318,7 @@ cudaMemPool_t stand_in_pool(location const& where, allocation_type type)
   props.location    = where.to_cuda();
   cudaMemPool_t handle = nullptr;
   relaxed_capture_guard guard;
+  auto const lifetime = pool_lifetime_lock();
   ASYNCMR_CUDA_TRY(cudaMemPoolCreate(&handle, &props));
   pools.stand_ins.emplace(key, handle);
   return handle;

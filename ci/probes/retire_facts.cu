@@ -1,13 +1,24 @@
 // What retiring a created pool does, pool kind by kind, after stream-ordered use that the
 // driver may still be running when the pool goes (ci/gpu.sh probe, PROBES=retire).
 //
-//   retire_facts KIND PLACE ROUNDS [sync|nosync] [stream-first|pool-first]
+//   retire_facts KIND PLACE ROUNDS [WORD...]
 //     KIND   device | pinned | managed
 //     PLACE  none | device | host: a prefetch of each block before its free (managed only)
-//     stream-first (default): the round's created stream is destroyed before the pool;
-//     pool-first: after it (asyncmr's order when a resource is dropped before the stream it
-//     used; in Python a managed pool prefetched on a fresh stream then crashed a later
-//     cuMemPoolDestroy on driver 580: tests/reliability/retire_workload.py)
+//   WORDs, in any order:
+//     sync           synchronize the device before each destroy
+//     pool-first     destroy the round's created stream after the pool, not before it
+//                    (asyncmr's order when a resource is dropped before the stream it used)
+//     max-threshold  release threshold at its maximum, as asyncmr sets an owned pool's
+//     fresh-only     use only the round's created stream (not the legacy, per-thread and
+//                    long-lived ones)
+//     hold           a host function holds the created stream 20 ms before the round's work,
+//                    so that its prefetches and frees are still queued when the pool is checked
+//                    (the first round prints the counters it read)
+//     thread         destroy pools on a second thread, while the main thread goes on to the
+//                    next round (as asyncmr's sweeper does)
+//     settle         one round on the long-lived stream only: the counters after a trim to 0,
+//                    200 ms after the work was queued (long done), then after the stream is
+//                    synchronized: whether the driver sees a free ran before a synchronization
 //
 // Each round creates a pool, allocates and frees 4 KiB, 64 KiB and 1 MiB + 512 on the legacy,
 // per-thread and a created stream (destroyed at once), trims the pool to 0 and reads its
@@ -17,9 +28,15 @@
 // shell that reports the signal: a crash inside cuMemPoolDestroy ends it.
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include <unistd.h>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <string>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 static unsigned long long attr(cudaMemPool_t p, cudaMemPoolAttr a)
@@ -30,24 +47,106 @@ static unsigned long long attr(cudaMemPool_t p, cudaMemPoolAttr a)
   return v;
 }
 
+static void CUDART_CB hold_stream(void*) { usleep(20 * 1000); }
+
+// asyncmr's check: used 0, and reserved 0 after a trim to 0.
+static bool holds_nothing(cudaMemPool_t k, bool print)
+{
+  cudaMemPoolTrimTo(k, 0);
+  unsigned long long used     = attr(k, cudaMemPoolAttrUsedMemCurrent);
+  unsigned long long reserved = attr(k, cudaMemPoolAttrReservedMemCurrent);
+  if (print) { printf("  counters after trim_to(0): used %llu, reserved %llu\n", used, reserved); }
+  return used == 0 && reserved == 0;
+}
+
+// The destroying thread: destroys the pools handed to it once they hold nothing.
+struct destroyer {
+  std::mutex m;
+  std::condition_variable cv;
+  std::deque<cudaMemPool_t> queue;
+  bool done = false;
+  int destroyed = 0;
+  void run()
+  {
+    std::vector<cudaMemPool_t> waiting;
+    std::unique_lock<std::mutex> lock{m};
+    while (!done || !queue.empty() || !waiting.empty()) {
+      while (!queue.empty()) { waiting.push_back(queue.front()); queue.pop_front(); }
+      lock.unlock();
+      std::vector<cudaMemPool_t> still;
+      for (cudaMemPool_t k : waiting) {
+        if (holds_nothing(k, false)) {
+          cudaError_t e = cudaMemPoolDestroy(k);
+          if (e != cudaSuccess) { printf("thread: destroy %s\n", cudaGetErrorName(e)); }
+          ++destroyed;
+        } else {
+          still.push_back(k);
+        }
+      }
+      waiting.swap(still);
+      usleep(1000);
+      lock.lock();
+      if (queue.empty() && !done && waiting.empty()) { cv.wait(lock); }
+    }
+  }
+};
+
 int main(int argc, char** argv)
 {
   setvbuf(stdout, nullptr, _IOLBF, 0);
-  if (argc < 4) { fprintf(stderr, "usage: retire_facts KIND PLACE ROUNDS [sync]\n"); return 2; }
+  if (argc < 4) { fprintf(stderr, "usage: retire_facts KIND PLACE ROUNDS [WORD...]\n"); return 2; }
   const char* kind  = argv[1];
   const char* place = argv[2];
   int rounds        = atoi(argv[3]);
-  bool sync         = argc > 4 && strcmp(argv[4], "sync") == 0;
-  bool pool_first   = argc > 5 && strcmp(argv[5], "pool-first") == 0;
+  bool sync = false, pool_first = false, max_threshold = false, fresh_only = false, hold = false,
+       threaded = false, settle = false;
+  std::string words;
+  for (int i = 4; i < argc; ++i) {
+    std::string w = argv[i];
+    if (w == "sync") { sync = true; }
+    else if (w == "pool-first") { pool_first = true; }
+    else if (w == "max-threshold") { max_threshold = true; }
+    else if (w == "fresh-only") { fresh_only = true; }
+    else if (w == "hold") { hold = true; }
+    else if (w == "thread") { threaded = true; }
+    else if (w == "settle") { settle = true; }
+    else if (w == "nosync" || w == "stream-first") { continue; }
+    else { fprintf(stderr, "unknown word %s\n", argv[i]); return 2; }
+    words += " " + w;
+  }
   cudaFree(0);
   // Other memory in the process, as RMM and CuPy hold it.
   void* other = nullptr;
   cudaMalloc(&other, 1 << 20);
   cudaStream_t long_lived;
   cudaStreamCreateWithFlags(&long_lived, cudaStreamNonBlocking);
-  std::vector<cudaMemPool_t> kept;
+  destroyer d;
+  std::thread worker;
+  if (threaded) { worker = std::thread{[&] { d.run(); }}; }
   size_t sizes[] = {4096, 64 << 10, (1 << 20) + 512};
-  int destroyed = 0;
+  if (settle) {
+    cudaMemPoolProps props{};
+    props.allocType = strcmp(kind, "managed") == 0 ? cudaMemAllocationTypeManaged
+                                                   : cudaMemAllocationTypePinned;
+    props.location  = strcmp(kind, "pinned") == 0 ? cudaMemLocation{cudaMemLocationTypeHost, 0}
+                                                  : cudaMemLocation{cudaMemLocationTypeDevice, 0};
+    cudaMemPool_t pool;
+    if (cudaMemPoolCreate(&pool, &props) != cudaSuccess) { printf("create refused\n"); return 1; }
+    for (size_t n : sizes) {
+      void* p = nullptr;
+      cudaMallocFromPoolAsync(&p, n, pool, long_lived);
+      cudaFreeAsync(p, long_lived);
+    }
+    usleep(200 * 1000);
+    printf("settle %s: 200 ms after the frees were queued:", kind);
+    holds_nothing(pool, true);
+    cudaStreamSynchronize(long_lived);
+    printf("settle %s: after cudaStreamSynchronize:", kind);
+    holds_nothing(pool, true);
+    return 0;
+  }
+  std::vector<cudaMemPool_t> kept;
+  int destroyed = 0, refused_prefetches = 0;
   cudaError_t e = cudaSuccess;
   for (int r = 0; r < rounds; ++r) {
     cudaMemPoolProps props{};
@@ -58,13 +157,19 @@ int main(int argc, char** argv)
     cudaMemPool_t pool;
     e = cudaMemPoolCreate(&pool, &props);
     if (e != cudaSuccess) { printf("round %d: create %s\n", r, cudaGetErrorName(e)); return 1; }
+    if (max_threshold) {
+      unsigned long long most = ~0ULL;
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &most);
+    }
     if (strcmp(kind, "pinned") == 0) {
-      cudaMemAccessDesc d{{cudaMemLocationTypeDevice, 0}, cudaMemAccessFlagsProtReadWrite};
-      cudaMemPoolSetAccess(pool, &d, 1);
+      cudaMemAccessDesc desc{{cudaMemLocationTypeDevice, 0}, cudaMemAccessFlagsProtReadWrite};
+      cudaMemPoolSetAccess(pool, &desc, 1);
     }
     cudaStream_t fresh;
     cudaStreamCreateWithFlags(&fresh, cudaStreamNonBlocking);
-    cudaStream_t streams[] = {cudaStreamLegacy, cudaStreamPerThread, long_lived, fresh};
+    if (hold) { cudaLaunchHostFunc(fresh, hold_stream, nullptr); }
+    std::vector<cudaStream_t> streams{fresh};
+    if (!fresh_only) { streams = {cudaStreamLegacy, cudaStreamPerThread, long_lived, fresh}; }
     for (cudaStream_t s : streams) {
       for (size_t n : sizes) {
         void* p = nullptr;
@@ -74,35 +179,46 @@ int main(int argc, char** argv)
           cudaMemLocation to = strcmp(place, "host") == 0 ? cudaMemLocation{cudaMemLocationTypeHost, 0}
                                                           : cudaMemLocation{cudaMemLocationTypeDevice, 0};
           e = cudaMemPrefetchAsync(p, n, to, 0, s);
-          if (e != cudaSuccess) { printf("round %d: prefetch %s\n", r, cudaGetErrorName(e)); cudaGetLastError(); }
+          if (e != cudaSuccess) {
+            if (refused_prefetches++ < 3) { printf("round %d: prefetch %s\n", r, cudaGetErrorName(e)); }
+            cudaGetLastError();
+          }
         }
         cudaFreeAsync(p, s);
       }
     }
     if (!pool_first) { cudaStreamDestroy(fresh); }
-    kept.push_back(pool);
     if (sync) { cudaDeviceSynchronize(); }
-    // asyncmr's check: used 0, and reserved 0 after a trim to 0; then destroy.
-    std::vector<cudaMemPool_t> still;
-    for (cudaMemPool_t k : kept) {
-      cudaMemPoolTrimTo(k, 0);
-      unsigned long long used = attr(k, cudaMemPoolAttrUsedMemCurrent);
-      unsigned long long reserved = attr(k, cudaMemPoolAttrReservedMemCurrent);
-      if (used == 0 && reserved == 0) {
-        e = cudaMemPoolDestroy(k);
-        if (e != cudaSuccess) { printf("round %d: destroy %s\n", r, cudaGetErrorName(e)); }
-        ++destroyed;
-      } else {
-        printf("round %d: kept %p (used %llu, reserved %llu)\n", r, (void*)k, used, reserved);
-        still.push_back(k);
+    if (threaded) {
+      if (r == 0 && hold) { holds_nothing(pool, true); }
+      std::lock_guard<std::mutex> lock{d.m};
+      d.queue.push_back(pool);
+      d.cv.notify_one();
+    } else {
+      kept.push_back(pool);
+      std::vector<cudaMemPool_t> still;
+      for (cudaMemPool_t k : kept) {
+        if (holds_nothing(k, r == 0 && hold)) {
+          e = cudaMemPoolDestroy(k);
+          if (e != cudaSuccess) { printf("round %d: destroy %s\n", r, cudaGetErrorName(e)); }
+          ++destroyed;
+        } else {
+          if (still.empty() && r < 3) { printf("round %d: kept %p\n", r, (void*)k); }
+          still.push_back(k);
+        }
       }
+      kept.swap(still);
     }
-    kept.swap(still);
     if (pool_first) { cudaStreamDestroy(fresh); }
   }
+  if (threaded) {
+    { std::lock_guard<std::mutex> lock{d.m}; d.done = true; d.cv.notify_one(); }
+    worker.join();
+    destroyed = d.destroyed;
+  }
   e = cudaDeviceSynchronize();
-  printf("retire %s %s %s %s: %d rounds, %d destroyed, %zu kept, synchronize %s\n", kind, place,
-         sync ? "sync" : "nosync", pool_first ? "pool-first" : "stream-first", rounds, destroyed,
-         kept.size(), cudaGetErrorName(e));
+  printf("retire %s %s%s: %d rounds, %d destroyed, %zu kept, %d prefetches refused, "
+         "synchronize %s\n", kind, place, words.c_str(), rounds, destroyed, kept.size(),
+         refused_prefetches, cudaGetErrorName(e));
   return 0;
 }

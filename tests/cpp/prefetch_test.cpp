@@ -10,10 +10,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace asyncmr::test {
@@ -216,6 +218,39 @@ TEST_F(PrefetchTest, PoolMemoryTakesNoAdviceAndCudaMallocManagedMemoryTakesAll)
   managed.deallocate(stream_ref(), p, mib);
   EXPECT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
   EXPECT_EQ(cudaFree(m), cudaSuccess);
+}
+
+// Managed pools used on a stream made for them, dropped before it, so that each is parked behind
+// its queued frees and the sweeper trims and destroys it on its own thread, while the main thread
+// prefetches the next pool's memory. The driver crashes when those calls meet (SIGSEGV in
+// cuMemPoolDestroy; the prefetch refused with cudaErrorUnknown): asyncmr never lets them.
+TEST_F(PrefetchTest, ManagedPoolsRetireWhileTheirNeighboursArePrefetched)
+{
+  pool_properties props;
+  props.type     = allocation_type::managed;
+  props.location = location::device(0);
+  std::size_t const sizes[] = {4096, 64 << 10, (1 << 20) + 512};
+  for (int round = 0; round < 60; ++round) {
+    auto pool = mem_pool::create(props);
+    cudaStream_t s = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    for (std::size_t n : sizes) {
+      void* p = pool.allocate_async(n, s);
+      std::vector<memory_range> range{{p, n}};
+      ASSERT_NO_THROW(prefetch(range, round % 2 ? location::host() : location::device(0),
+                               cuda::stream_ref{s}))
+        << "round " << round << ", " << n << " bytes";
+      ASSERT_EQ(pool.deallocate_async(p, s), cudaSuccess);
+    }
+    pool = mem_pool{};  // retired: parked behind the queued frees, or destroyed now
+    ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds{2};
+  while (asyncmr::testing::parked_pools() != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds{10});
+  }
+  EXPECT_EQ(asyncmr::testing::parked_pools(), 0U);
 }
 
 }  // namespace

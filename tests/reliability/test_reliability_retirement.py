@@ -48,6 +48,43 @@ def test_owned_pools_retire_in_a_plain_interpreter(cp, adopt):
     assert run.returncode == 0, (
         f"exit {run.returncode}\n--- stdout\n{run.stdout[-3000:]}\n--- stderr\n{run.stderr[-3000:]}")
     assert "parked=0" in run.stdout, run.stdout
+    assert "prefetches_refused=0" in run.stdout, run.stdout
+
+
+#: A managed pool per round, prefetched on a stream created for the round and dropped before
+#: it: each pool is parked behind its queued frees, and the sweeper thread trims and destroys
+#: it while the main thread prefetches the next pool's memory.
+_PREFETCH_WHILE_RETIRING = """
+import sys
+import asyncmr
+from rmm.pylibrmm.stream import Stream
+refused = 0
+for i in range(int(sys.argv[1])):
+    mr = asyncmr.AsyncManagedMR(pool="new")
+    s = Stream()
+    for n in (4096, 64 << 10, (1 << 20) + 512):
+        p = mr.allocate(n, s)
+        try:
+            asyncmr.prefetch((p, n), ("device", "host")[i % 2], s)
+        except asyncmr.CUDAError:
+            refused += 1
+        mr.deallocate(p, n, s)
+    del mr, s
+print("prefetches refused:", refused)
+"""
+
+
+@pytest.mark.parametrize("run_index", range(3))
+def test_managed_pools_retire_while_the_main_thread_prefetches(cp, run_index):
+    """The sweeper destroys parked managed pools on its own thread; a prefetch on another
+    thread at the same time crashed the driver (SIGSEGV in cuMemPoolDestroy) or was refused
+    with cudaErrorUnknown. Three fresh interpreters: the race needs no more to show."""
+    run = subprocess.run([sys.executable, "-X", "faulthandler", "-c", _PREFETCH_WHILE_RETIRING,
+                          str(ROUNDS)], capture_output=True, text=True, timeout=300)
+    _CHILD_EXITS[f"prefetching {run_index}"] = run.returncode
+    assert run.returncode == 0, (
+        f"exit {run.returncode}\n--- stdout\n{run.stdout[-2000:]}\n--- stderr\n{run.stderr[-3000:]}")
+    assert "prefetches refused: 0" in run.stdout, run.stdout
 
 
 def test_owned_pools_of_every_kind_retire_under_rmm_and_cupy(cp):
@@ -61,6 +98,7 @@ def test_owned_pools_of_every_kind_retire_under_rmm_and_cupy(cp):
     h.record("retire", f"{counts['resources']} owned pools retired in process, "
              f"{counts['pairs']} pairs, {counts['closed']} closed, {counts['prefetches']} prefetches")
     assert counts["parked"] == 0, f"pools still parked at the end: {counts}"
+    assert counts["prefetches refused"] == 0, counts
     h.assert_context_works(AsyncDeviceMR(pool="new"))
 
 
