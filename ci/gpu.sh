@@ -520,7 +520,7 @@ if has probe; then
                 "prefetch device" "prefetch pinned" "prefetch-malloc managed-keep" \
                 "alloc-free managed-keep" "nothing managed-keep"; do
       # shellcheck disable=SC2086
-      timeout 30 /tmp/race_facts $pair 3 2>&1 | tail -1 | tee -a "$log"
+      timeout 30 /tmp/race_facts $pair 3 2>&1 | tail -2 | tee -a "$log"
       say "probe-race $pair: exit ${PIPESTATUS[0]}"
     done
   fi

@@ -186,29 +186,8 @@ void set_current_pool(location const& where,
 #endif
 }
 
-namespace {
-
-std::shared_mutex& placement_calls() noexcept
-{
-  static auto* calls = new std::shared_mutex{};  // never destroyed: pools go until the end
-  return *calls;
-}
-
-}  // namespace
-
-std::shared_lock<std::shared_mutex> placement_call_lock() noexcept
-{
-  return std::shared_lock<std::shared_mutex>{placement_calls()};
-}
-
-std::unique_lock<std::shared_mutex> pool_lifetime_lock() noexcept
-{
-  return std::unique_lock<std::shared_mutex>{placement_calls()};
-}
-
 cudaError_t create_pool(cudaMemPool_t* handle, cudaMemPoolProps const& props, pool_path path)
 {
-  auto const lifetime = pool_lifetime_lock();
   if (path == pool_path::driver_entry_point) {
     return static_cast<cudaError_t>(cuda13().create(handle, &props));
   }

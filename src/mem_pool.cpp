@@ -526,7 +526,6 @@ void mem_pool::trim_to(std::size_t min_bytes_to_keep) const
   cudaMemPool_t const h = use.handle();
   detail::relaxed_capture_guard guard;
   detail::blocking_region wait;
-  auto const lifetime = detail::pool_lifetime_lock();
   ASYNCMR_CUDA_TRY(cudaMemPoolTrimTo(h, min_bytes_to_keep));
 }
 

@@ -8,9 +8,8 @@
 #include <asyncmr/error.hpp>
 #include <asyncmr/placement.hpp>
 
-#include "detail/driver_api.hpp"
-#include "detail/front_cache.hpp"
 #include "detail/placement.hpp"
+#include "detail/front_cache.hpp"
 #include "detail/stream_queries.hpp"
 
 #include <asyncmr/detail/capture_mode.hpp>
@@ -65,7 +64,6 @@ void check_prefetch_target(location to)
 cudaError_t prefetch_async(void const* ptr, std::size_t bytes, location to,
                            cudaStream_t stream) noexcept
 {
-  auto const placing = placement_call_lock();
 #if CUDART_VERSION >= 13000
   return cudaMemPrefetchAsync(ptr, bytes, to.to_cuda(), 0, stream);
 #else
@@ -83,7 +81,6 @@ cudaError_t discard_and_prefetch_async(void* ptr, std::size_t bytes, location to
 #if CUDART_VERSION >= 13000
   cudaMemLocation where = to.to_cuda();
   std::size_t first     = 0;
-  auto const placing    = placement_call_lock();
   return cudaMemDiscardAndPrefetchBatchAsync(&ptr, &bytes, 1, &where, &first, 1, 0, stream);
 #else
   static_cast<void>(ptr);
@@ -267,14 +264,11 @@ void advise(std::span<memory_range const> ranges, memory_advice advice, location
   detail::relaxed_capture_guard guard;
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     if (ranges[i].bytes == 0) { continue; }
-    auto const status = [&] {
-      auto const placing = detail::placement_call_lock();
 #if CUDART_VERSION >= 13000
-      return cudaMemAdvise(ranges[i].ptr, ranges[i].bytes, kind->cuda, to.to_cuda());
+    auto const status = cudaMemAdvise(ranges[i].ptr, ranges[i].bytes, kind->cuda, to.to_cuda());
 #else
-      return cudaMemAdvise_v2(ranges[i].ptr, ranges[i].bytes, kind->cuda, to.to_cuda());
+    auto const status = cudaMemAdvise_v2(ranges[i].ptr, ranges[i].bytes, kind->cuda, to.to_cuda());
 #endif
-    }();
     if (status == cudaSuccess) { continue; }
     std::string const range = "range " + std::to_string(i) + " (" +
                               std::to_string(ranges[i].bytes) + " bytes)";
@@ -316,11 +310,8 @@ void discard(std::span<memory_range const> ranges, cuda::stream_ref stream)
   if (b.ptrs.empty()) { return; }
   detail::relaxed_capture_guard guard;  // as prefetch
 #if CUDART_VERSION >= 13000
-  auto const status = [&] {
-    auto const placing = detail::placement_call_lock();
-    return cudaMemDiscardBatchAsync(b.ptrs.data(), b.sizes.data(), b.ptrs.size(), 0,
-                                    stream.get());
-  }();
+  auto const status = cudaMemDiscardBatchAsync(b.ptrs.data(), b.sizes.data(), b.ptrs.size(), 0,
+                                               stream.get());
   if (status != cudaSuccess) { refused("discard", batch_name(b), status); }
 #endif
 }
@@ -337,11 +328,9 @@ void discard_and_prefetch(std::span<memory_range const> ranges,
 #if CUDART_VERSION >= 13000
   cudaMemLocation where = to.to_cuda();
   std::size_t first     = 0;  // every range goes to the one location
-  auto const status = [&] {
-    auto const placing = detail::placement_call_lock();
-    return cudaMemDiscardAndPrefetchBatchAsync(b.ptrs.data(), b.sizes.data(), b.ptrs.size(),
-                                               &where, &first, 1, 0, stream.get());
-  }();
+  auto const status = cudaMemDiscardAndPrefetchBatchAsync(b.ptrs.data(), b.sizes.data(),
+                                                          b.ptrs.size(), &where, &first, 1, 0,
+                                                          stream.get());
   if (status != cudaSuccess) { refused("discard_and_prefetch", batch_name(b), status, &to); }
 #else
   static_cast<void>(to);

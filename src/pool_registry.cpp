@@ -12,10 +12,9 @@
 //   trimmed, and destroyed once nothing is allocated from them, nothing stays reserved after a
 //   trim (no queued free) and no allocation is in flight: at the next close or create, and by a
 //   background sweeper that looks at them while any are parked, so a pool goes as soon as it
-//   is idle;
+//   is idle (a managed pool: once it has been idle for a moment, `managed_grace`);
 // - the stand-in default host pools of a CUDA 12 build on a 12.x driver, never destroyed.
 
-#include "detail/driver_api.hpp"
 #include "detail/pool_state.hpp"
 
 #include <asyncmr/detail/capture_mode.hpp>
@@ -36,10 +35,22 @@
 namespace asyncmr::detail {
 namespace {
 
+// How long a managed pool must have held nothing before it is destroyed. The 580 driver crashes
+// (SIGSEGV inside cuMemPoolDestroy, and prefetches of other managed memory refused with
+// cudaErrorUnknown before it) when a managed pool whose memory was prefetched on a stream is
+// destroyed as soon as it holds nothing, where the stream was destroyed with that work queued:
+// its frees are seen done while the driver still tears the stream down. Destroyed a moment
+// later it never crashed (ci/probes/retire_facts.cu "thread" against its single-thread rounds;
+// docs/DRIVER_FACTS.md). Device and pinned pools go at once.
+constexpr std::chrono::milliseconds managed_grace{100};
+
 struct parked_pool {
   cudaMemPool_t handle;
   std::weak_ptr<pool_state> state;  // expired: nothing can be in flight any more
   import_count imports;             // an imported pool's live imports, which outlive its state
+  bool managed{false};
+  // When a managed pool was first seen holding nothing (the epoch: not yet, or not since).
+  std::chrono::steady_clock::time_point idle_since{};
 };
 
 struct owned_pools {
@@ -72,32 +83,31 @@ std::optional<std::uint64_t> counter(cudaMemPool_t h, cudaMemPoolAttr attribute)
 // block stays reserved until its stream runs the free, and a pool destroyed with a free still
 // queued left that stream never finishing on driver 580 (ci/probes/pool_destroy_facts.cu). False
 // when the driver cannot answer: then the pool is kept rather than risked.
-// Pool lifetime calls, never at once with a placement call (detail::placement_call_lock).
-void trim_to_nothing(cudaMemPool_t h) noexcept
-{
-  auto const lifetime = pool_lifetime_lock();
-  clear_own_error(cudaMemPoolTrimTo(h, 0));
-}
-
-void destroy(cudaMemPool_t h) noexcept
-{
-  auto const lifetime = pool_lifetime_lock();
-  clear_own_error(cudaMemPoolDestroy(h));
-}
-
 bool holds_nothing(cudaMemPool_t h) noexcept
 {
   auto const used = counter(h, cudaMemPoolAttrUsedMemCurrent);
   if (!used || *used != 0) { return false; }
-  trim_to_nothing(h);
+  clear_own_error(cudaMemPoolTrimTo(h, 0));
   auto const reserved = counter(h, cudaMemPoolAttrReservedMemCurrent);
   return reserved && *reserved == 0;
 }
 
-bool parked_idle(parked_pool const& p) noexcept
+// Whether a parked pool may be destroyed now: it holds nothing, and a managed pool has held
+// nothing since a look at least `managed_grace` ago.
+bool parked_idle(parked_pool& p) noexcept
 {
   auto const state = p.state.lock();
-  return idle(p.handle, state.get(), p.imports.get());
+  if (!idle(p.handle, state.get(), p.imports.get())) {
+    p.idle_since = {};
+    return false;
+  }
+  if (!p.managed) { return true; }
+  auto const now = std::chrono::steady_clock::now();
+  if (p.idle_since == std::chrono::steady_clock::time_point{}) {
+    p.idle_since = now;
+    return false;
+  }
+  return now - p.idle_since >= managed_grace;
 }
 
 }  // namespace
@@ -116,6 +126,8 @@ bool idle(cudaMemPool_t handle,
 
 namespace {
 
+void destroy(cudaMemPool_t h) noexcept { clear_own_error(cudaMemPoolDestroy(h)); }
+
 // Whether `handle` is among the parked pools. Caller holds the registry mutex.
 bool parked(owned_pools const& pools, cudaMemPool_t handle) noexcept
 {
@@ -126,7 +138,7 @@ bool parked(owned_pools const& pools, cudaMemPool_t handle) noexcept
 // Destroys the parked pools that have become empty. Caller holds the registry mutex.
 void sweep_parked(owned_pools& pools) noexcept
 {
-  std::erase_if(pools.parked, [](parked_pool const& p) {
+  std::erase_if(pools.parked, [](parked_pool& p) {
     if (!parked_idle(p)) { return false; }
     destroy(p.handle);
     return true;
@@ -284,11 +296,14 @@ void retire(cudaMemPool_t handle,
   // in_flight is read after the handle was cleared (sequentially consistent on both sides): an
   // allocation that read the handle before that is counted here; one that reads it after sees
   // nullptr and is refused.
-  parked_pool entry{handle, state, std::move(imports)};
-  if (parked_idle(entry)) {
+  bool const managed = state != nullptr && state->type == allocation_type::managed;
+  parked_pool entry{handle, state, std::move(imports), managed};
+  if (!managed && parked_idle(entry)) {
     destroy(handle);
   } else {
-    trim_to_nothing(handle);  // give back what is not in use now
+    // A managed pool is always parked: the sweeper destroys it once it has held nothing for a
+    // while (managed_grace), trimming it at each look.
+    if (!managed) { clear_own_error(cudaMemPoolTrimTo(handle, 0)); }  // give back what is idle
     try {
       pools.parked.push_back(std::move(entry));  // room reserved at registration (owned pools)
     } catch (...) {  // NOLINT(bugprone-empty-catch): no memory to remember it: it is never
@@ -318,7 +333,6 @@ cudaMemPool_t stand_in_pool(location const& where, allocation_type type)
   props.location    = where.to_cuda();
   cudaMemPool_t handle = nullptr;
   relaxed_capture_guard guard;
-  auto const lifetime = pool_lifetime_lock();
   ASYNCMR_CUDA_TRY(cudaMemPoolCreate(&handle, &props));
   pools.stand_ins.emplace(key, handle);
   return handle;

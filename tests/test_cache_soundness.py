@@ -663,8 +663,7 @@ def test_a_closed_pools_uncached_block_is_freed_through_its_cached_resource(gpu)
     # close() parks a pool whose blocks are still out; their frees must still be taken, or the
     # pool stays parked for good. A block the cache never recorded (above its largest class) is
     # freed to the pool after the driver is asked whose it is, and the answer, the pool itself,
-    # was compared with the closed pool's handle (null): "another pool's" (a review finding of
-    # 2026-12-05). A recorded block freed after close goes to the pool too, not into the cache.
+    # was compared with the closed pool's handle (null): "another pool's". A recorded block freed after close goes to the pool too, not into the cache.
     from asyncmr._core import _parked_pools
     before = _parked_pools()
     pool = MemPool.create(Location.device(0), "device")

@@ -1,4 +1,7 @@
-// Which driver calls race cudaMemPoolDestroy on another thread (ci/gpu.sh probe, PROBES=race).
+// Whether driver calls on one thread race a managed pool's create and destroy on another
+// (ci/gpu.sh probe, PROBES=race). Each pool here has held nothing since its stream was
+// synchronized: the hazard ci/probes/retire_facts.cu "thread" shows (a pool destroyed while a
+// destroyed stream's work on it is being finished) is kept out, so a crash here is the pair's.
 //
 //   race_facts OP POOLS SECONDS
 //     OP     what the main thread repeats, on its own memory and stream:
@@ -12,8 +15,9 @@
 //              managed | device | pinned | managed-unused (created and destroyed, never used)
 //              | managed-keep (created and used, never destroyed)
 //
-// Prints how many of each it did and the errors the main thread's calls returned; a crash ends
-// the process (the shell reports the signal): the answer is whether this pair can run at once.
+// Prints how many of each it did and the errors the main thread's calls returned, and a line
+// every 256 pool cycles; a crash ends the process (the shell reports the signal). "nothing
+// managed-keep" asks whether many live managed pools alone end the process.
 #include <cuda_runtime.h>
 #include <unistd.h>
 #include <atomic>
@@ -68,7 +72,7 @@ int main(int argc, char** argv)
       } else if (cudaMemPoolDestroy(pool) != cudaSuccess) {
         printf("destroy refused\n");
       }
-      cycles.fetch_add(1);
+      if ((cycles.fetch_add(1) + 1) % 256 == 0) { printf("%ld pool cycles\n", cycles.load()); }
     }
     cudaStreamDestroy(s);
   }};

@@ -12,9 +12,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <mutex>
-#include <shared_mutex>
-
 namespace asyncmr::detail {
 
 /// The driver function `symbol` as of CUDA `version` (e.g. 13000), through
@@ -46,16 +43,5 @@ void set_current_pool(location const& where,
 [[nodiscard]] cudaError_t create_pool(cudaMemPool_t* handle,
                                       cudaMemPoolProps const& props,
                                       pool_path path);
-
-/// The 580 driver cannot run a managed-memory placement call (a prefetch) on one thread while
-/// another thread creates, trims or destroys a managed pool: the prefetch returns
-/// `cudaErrorUnknown` and the pool call crashes inside the driver (SIGSEGV in
-/// `cuMemPoolDestroy`; ci/probes/race_facts.cu and ci/probes/retire_facts.cu "thread",
-/// docs/DRIVER_FACTS.md). asyncmr never makes the two at once: its placement calls (prefetch,
-/// discard, advice) hold this lock shared, and its pool lifetime calls (create, trim, destroy)
-/// hold it exclusively. A prefetch issued by other code is beyond it.
-[[nodiscard]] std::shared_lock<std::shared_mutex> placement_call_lock() noexcept;
-/// The exclusive side of `placement_call_lock`, for a pool create, trim or destroy.
-[[nodiscard]] std::unique_lock<std::shared_mutex> pool_lifetime_lock() noexcept;
 
 }  // namespace asyncmr::detail
