@@ -241,9 +241,9 @@ class _Theirs:
     (lambda: MemPool.from_handle("0x1"), TypeError, "pool handle must be an int"),
     # An enum member is a name, never a handle, even where it is an int.
     (lambda: MemPool.from_handle(asyncmr.PoolSource.new_pool), TypeError,
-     r"pool handle must be an int address, got asyncmr\.(_core\.)?PoolSource"),
+     r"pool handle must be an int address, got asyncmr\.PoolSource"),
     (lambda: AsyncDeviceMR(pool=asyncmr.ExportHandle.fabric), TypeError,
-     r"pool must be .*, got asyncmr\.(_core\.)?ExportHandle"),
+     r"pool must be .*, got asyncmr\.ExportHandle"),
     (lambda: MemPool.from_handle(0x7F0000001000, owned="no"), TypeError,
      "owned must be a bool, got str"),
     (lambda: MemPool.from_handle(0x7F0000001000, owned=1), TypeError,
@@ -313,7 +313,7 @@ class _Theirs:
     (lambda: asyncmr.prefetch((4096, 16), to=Location(5, None)), TypeError,
      r"to: a location's kind must be a str .*, got int"),
     (lambda: AsyncManagedMR(prefetch=Location(asyncmr.LocationKind.device, 0)), TypeError,
-     r"prefetch: a location's kind must be a str .*, got asyncmr\._core\.LocationKind"),
+     r"prefetch: a location's kind must be a str .*, got asyncmr\.LocationKind"),
     (lambda: AsyncManagedMR(location=Location.host_numa(0)), ValueError,
      "managed pools are located on a device, the host, or nowhere"),
     (lambda: AsyncManagedMR(location=Location.host_numa_current(), pool="new"), ValueError,
@@ -348,7 +348,7 @@ class _Theirs:
     (lambda: MemPool.create(_Theirs.Location("device", 0), "device"), TypeError,
      r"location must be an asyncmr\.Location .*, got test_cpu\._Theirs\.Location"),
     (lambda: MemPool.create(Location.device(0), asyncmr.PoolSource.new_pool), TypeError,
-     r"allocation_type must be .*, got asyncmr\.(_core\.)?PoolSource"),
+     r"allocation_type must be .*, got asyncmr\.PoolSource"),
     (lambda: MemPool.__new__(MemPool).set_access(0, np.True_), TypeError,
      r"access mode must be a str, got numpy\.bool"),
     (lambda: MemPool.__new__(MemPool).track_peak(np.int64(5)), TypeError,
@@ -365,12 +365,12 @@ class _Theirs:
     (lambda: MemPool.create(Location.host(), "pinned",
                             export_handle_types=asyncmr.PoolSource.current), TypeError,
      r"export_handle_types must be .*, got <PoolSource\.current: 1> "
-     r"\(asyncmr\.(_core\.)?PoolSource\)"),
+     r"\(asyncmr\.PoolSource\)"),
     (lambda: MemPool.create(Location.host(), "pinned", export_handle_types=_Gpu.main), TypeError,
      r"export_handle_types must be .*, got <_Gpu\.main: 1> \(test_cpu\._Gpu\)"),
     (lambda: asyncmr.export_pointer(asyncmr.PoolSource.new_pool), TypeError,
      r"ptr must be a non-zero int address, got <PoolSource\.new_pool: 2> "
-     r"\(asyncmr\.(_core\.)?PoolSource\)"),
+     r"\(asyncmr\.PoolSource\)"),
 ])
 def test_bad_arguments_fail_before_cuda(call, exc, match):
     # These raise the same way with or without a GPU: validation runs first.
@@ -432,7 +432,7 @@ class _Gpu(enum.IntEnum):
     zero = 0
 
 
-# The message: the argument, the member and its type (asyncmr's enums live in asyncmr._core).
+# The message: the argument, the member and its type (asyncmr's enums, named as asyncmr's).
 def _member(name, repr_, kind):
     return rf"{name}.*, got {re.escape(repr_)} \({kind}\)"
 
@@ -443,7 +443,7 @@ def _install(**kwargs):
     return asyncmr.cudf_pandas.install(**kwargs)
 
 
-_LK, _TARGET = r"asyncmr\.(_core\.)?LocationKind", r'must be .*"device", a device ordinal'
+_LK, _TARGET = r"asyncmr\.LocationKind", r'must be .*"device", a device ordinal'
 
 
 @pytest.mark.parametrize("call, match", [
@@ -455,9 +455,9 @@ _LK, _TARGET = r"asyncmr\.(_core\.)?LocationKind", r'must be .*"device", a devic
     (lambda: asyncmr.prefetch((4096, 16), to=asyncmr.LocationKind.device),
      _member("to " + _TARGET, "<LocationKind.device: 1>", _LK)),
     (lambda: asyncmr.discard_and_prefetch((4096, 16), to=asyncmr.AccessMode.read),
-     _member("to", "<AccessMode.read: 1>", r"asyncmr\.(_core\.)?AccessMode")),
+     _member("to", "<AccessMode.read: 1>", r"asyncmr\.AccessMode")),
     (lambda: asyncmr.advise((4096, 16), "set_accessed_by", to=asyncmr.PoolSource.current),
-     _member("to", "<PoolSource.current: 1>", r"asyncmr\.(_core\.)?PoolSource")),
+     _member("to", "<PoolSource.current: 1>", r"asyncmr\.PoolSource")),
     (lambda: _install(prefetch=asyncmr.LocationKind.host),
      _member("prefetch", "<LocationKind.host: 2>", _LK)),
     # device=, numa_node=, accessible_from= (alone or in a list), MemPool's devices.
