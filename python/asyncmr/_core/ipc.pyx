@@ -18,8 +18,8 @@ def export_pointer(ptr):
     not exported. Do not free ``ptr`` before every importer has released its import."""
     _validate.not_a_number("ptr must be a non-zero int address", ptr)
     ptr = _validate.as_integer(ptr, "ptr", "a non-zero int address")
-    if not 0 < ptr < 2**64:
-        raise ValueError(f"ptr must be a non-zero 64-bit address, got {ptr}")
+    if not 0 <= ptr < 2**64:  # a pointer; C++ refuses a null one
+        raise ValueError(f"ptr must be a 64-bit address, got {ptr}")
     cdef exported_pointer data = c_export_pointer(<void*><uintptr_t>ptr)
     return bytes([data.bytes[i] for i in range(64)])
 

@@ -12,7 +12,7 @@ from libcpp.optional cimport optional
 from libcpp.vector cimport vector
 
 from asyncmr._core.capability cimport require_cuda
-from asyncmr._core.conversions cimport from_location, to_bytes, to_location, to_type
+from asyncmr._core.conversions cimport from_location, to_bytes, to_location, to_size_t, to_type
 from asyncmr._core.ipc cimport ImportedAllocation, export_handle_bits
 
 from asyncmr import _foreign_pools, _validate
@@ -214,11 +214,12 @@ cdef class MemPool:
 
         return PoolAttributes(self)
 
+    # `index`: a row of the attribute table (one outside it is C++'s to refuse).
     def _get_attribute(self, index):
-        return get_attribute(deref(self.get()), _attribute_index(index))
+        return get_attribute(deref(self.get()), to_size_t(index, "attribute index"))
 
     def _set_attribute(self, index, uint64_t value):
-        set_attribute(deref(self.get()), _attribute_index(index), value)
+        set_attribute(deref(self.get()), to_size_t(index, "attribute index"), value)
 
     def trim_to(self, min_bytes_to_keep=0):
         """Release unused reserved memory, keeping at least ``min_bytes_to_keep`` bytes.
@@ -326,8 +327,8 @@ cdef class MemPool:
         ``location`` and ``allocation_type`` are the exporter's. An imported pool cannot be
         allocated from; bring allocations in with :meth:`import_pointer`."""
         fd = _validate.as_integer(fd, "fd", "an int file descriptor")
-        if not 0 <= fd < 2**31:
-            raise ValueError(f"fd must be a file descriptor (>= 0), got {fd}")
+        if not -2**31 <= fd < 2**31:  # a C int; C++ refuses a negative one
+            raise ValueError(f"fd must be in [-2**31, 2**31), got {fd}")
         return MemPool.wrap(mem_pool.import_fd(fd, to_location(location), to_type(allocation_type)))
 
     @property
@@ -387,15 +388,6 @@ cdef class MemPool:
             return "MemPool(<closed>)"
         return (f"MemPool(handle={self.handle:#x}, allocation_type={self.allocation_type!r}, "
                 f"location={self.location!r}, owned={self.owned})")
-
-
-def _attribute_index(index):
-    """A row of the attribute table, checked (an index outside it is a ValueError)."""
-    index = _validate.as_integer(index, "attribute index")
-    if not 0 <= index < attribute_count():
-        raise ValueError(f"attribute index {index} is outside the table "
-                         f"({attribute_count()} attributes)")
-    return index
 
 
 def _access_mode(value):
