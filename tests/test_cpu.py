@@ -993,7 +993,38 @@ def test_the_cli_page_states_the_exit_statuses_of_the_code():
 LIBRARY_SOURCES = [p for d in ("include", "src", "python/asyncmr", "cmake", "ci")
                    for p in sorted((ROOT / d).rglob("*"))
                    if p.is_file() and p.suffix in {".hpp", ".cpp", ".py", ".pyx", ".pxd", ".pyi",
-                                                    ".pxi", ".cmake", ".sh", ".txt", ".cu"}]
+                                                    ".cmake", ".sh", ".txt", ".cu"}]
+
+
+CORE = ROOT / "python" / "asyncmr" / "_core"
+
+
+def test_each_compiled_part_is_built_declared_stubbed_and_documented():
+    # A part is a .pyx with its .pxd (what other parts cimport), its stub (stubtest checks a
+    # compiled module only through one), its line in the CMake list (else it is never built)
+    # and its row in docs/ARCHITECTURE.md's "The Python layer".
+    parts = {p.stem for p in CORE.glob("*.pyx")}
+    assert len(parts) > 5, parts
+    assert {p.stem for p in CORE.glob("*.pxd")} == parts
+    assert {p.stem for p in CORE.glob("*.pyi")} == parts
+    cmake = (ROOT / "python" / "asyncmr" / "CMakeLists.txt").read_text()
+    assert set(re.findall(r"asyncmr_cython_module\(_core/(\w+)\)", cmake)) == parts
+    layer = (ROOT / "docs" / "ARCHITECTURE.md").read_text().split("## The Python layer")[1]
+    layer = layer.split("\n## ")[0]
+    assert set(re.findall(r"^\| `(\w+)\.pyx`", layer, re.M)) == parts
+
+
+def test_the_installed_parts_are_the_compiled_modules_asyncmr_imports():
+    import importlib.machinery
+
+    import asyncmr._core
+
+    installed = Path(asyncmr._core.__file__).parent
+    compiled = {p.name.split(".")[0] for p in installed.iterdir()
+                if p.name.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))}
+    imported = {name.rsplit(".", 1)[1] for name in sys.modules
+                if name.startswith("asyncmr._core.")}
+    assert compiled == imported == {p.stem for p in installed.glob("*.pyi")}
 
 
 def test_no_issue_numbers_in_the_sources():
