@@ -18,8 +18,9 @@ The libasyncmr.so the build made (when it made one) must hold the static runtime
 itself: linked with libcudart_static.a, nothing of the runtime undefined, exported or needed
 (libcudart.so, libcuda.so), and every symbol it exports names asyncmr. With --package, the same
 holds for the installed package's library (DIR: site-packages/asyncmr), which must be its one
-libasyncmr.so, at DIR/lib/; and every extension module of the package needs it once, finds it
-there through RUNPATH $ORIGIN/lib (as `ldd` resolves it), calls into it (asyncmr symbols
+libasyncmr.so, at DIR/lib/; and every extension module of the package, wherever it is in the
+package, needs it once, finds it there through a RUNPATH relative to itself ($ORIGIN/lib at the
+top, $ORIGIN/../lib in asyncmr/_core/; as `ldd` resolves it), calls into it (asyncmr symbols
 undefined) and exports none of its own: a process then holds one copy of asyncmr's registries.
 Uses readelf, nm and ldd (binutils and glibc).
 """
@@ -119,8 +120,9 @@ def package_problems(package):
         needed, runpath = needed_and_runpath(ext)
         if needed.count(LIBRARY) != 1:
             problems.append(f"{name} needs {LIBRARY} {needed.count(LIBRARY)} times, not once")
-        if runpath != ["$ORIGIN/lib"]:
-            problems.append(f"{name}: RUNPATH {runpath}, not ['$ORIGIN/lib'] (nothing of the "
+        expected = "$ORIGIN/" + os.path.relpath(os.path.dirname(library), os.path.dirname(ext))
+        if runpath != [expected]:
+            problems.append(f"{name}: RUNPATH {runpath}, not ['{expected}'] (nothing of the "
                             f"build machine may leak into an installed file)")
         # "libasyncmr.so => /path/libasyncmr.so (0x...)" or "libasyncmr.so => not found"
         resolved = [line.split("=>", 1)[1].split(" (")[0].strip()

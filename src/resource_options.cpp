@@ -92,10 +92,6 @@ void check_fields(allocation_type type, resource_options const& o, bool prefetch
     throw std::invalid_argument{"asyncmr: cache must be 0 (no cache) or a cap in [256 B, 1 PiB], "
                                 "got " + std::to_string(o.cache) + " bytes"};
   }
-  if (o.numa_node && *o.numa_node < 0) {
-    throw std::invalid_argument{"asyncmr: numa_node must be >= 0, got " +
-                                std::to_string(*o.numa_node)};
-  }
   if (o.numa_node) { detail::check_host_numa_node(*o.numa_node, "numa_node"); }
   if ((o.prefetch || prefetch_given) && type != allocation_type::managed) {
     refuse_field(type, "prefetch", "only managed memory migrates");

@@ -118,7 +118,7 @@ def _fill_with_cached_blocks(mr, stream):
 
 def test_a_cudf_allocation_the_pool_cannot_serve_gets_the_python_sides_cached_blocks(
         cudf_door, tmp_path):
-    # cuDF calls the installed resource through libasyncmr.so, the library asyncmr._core links,
+    # cuDF calls the installed resource through libasyncmr.so, the library asyncmr._core's modules link,
     # so one registry holds both resources' caches. An allocation on cuDF's side that the pool
     # cannot serve gets back the blocks the Python side's resource caches on the same pool. (With
     # the C++ library linked statically into each extension, cuDF's side asked only the caches

@@ -1,14 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
 """The installed package links one shared C++ library: every extension module needs
 libasyncmr.so and finds the package's own copy through its RUNPATH, a process that imported them
-maps that one file, and the state asyncmr._core acts on is that library's. So the registries of
-pools and front caches exist once per process, whichever extension a call comes through."""
+maps that one file, and the state the asyncmr._core modules act on is that library's. So the
+registries of pools and front caches exist once per process, whichever extension a call comes
+through."""
 
 import contextlib
 import ctypes
 import importlib.machinery
 import os
 import struct
+import sys
 
 import asyncmr
 
@@ -58,7 +60,11 @@ def test_the_package_holds_one_libasyncmr_and_every_extension_finds_it():
                        if f.startswith("libasyncmr."))
     assert libraries == [LIBRARY]
     extensions = _extension_modules()
-    assert any(os.path.basename(e).startswith("_core.") for e in extensions), extensions
+    # Every compiled part asyncmr._core imports is among them (checked below), in its
+    # subdirectory: a RUNPATH right for the package's top level would not find the library.
+    parts = {os.path.realpath(m.__file__) for name, m in sys.modules.items()
+             if name.startswith("asyncmr._core.")}
+    assert parts and parts <= set(extensions), (parts, extensions)
     for ext in extensions:
         needed, runpath = _dynamic_entries(ext)
         assert needed.count(NAME) == 1, (ext, needed)
@@ -83,8 +89,8 @@ def test_a_process_maps_one_libasyncmr_whatever_it_imports():
 
 def test_the_state_core_acts_on_is_the_shared_librarys(gpu):
     # The driver version asyncmr acts as if it had is process-wide state of the library. Set
-    # through the library itself (its exported C++ function), asyncmr._core reports it: _core
-    # carries no state of its own. (dlopen of the path returns the library already loaded.)
+    # through the library itself (its exported C++ function), asyncmr._core reports it: its
+    # modules carry no state of their own. (dlopen of the path returns the library already loaded.)
     library = ctypes.CDLL(LIBRARY)
     set_driver_version = library["_ZN7asyncmr7testing18set_driver_versionEi"]  # (int)
     set_driver_version.argtypes, set_driver_version.restype = [ctypes.c_int], None

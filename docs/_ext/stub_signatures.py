@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Signatures of asyncmr's compiled module for autodoc, from its stubs.
+"""Signatures of asyncmr's compiled modules for autodoc, from their stubs.
 
 Cython gives autodoc no signature for an extension type's constructor, and untyped ones for its
-functions; the stubs (``asyncmr/_core.pyi``, checked against the module by ``mypy.stubtest``)
-hold the typed signatures. This reads them with ``ast`` and hands autodoc the one of each
-documented object of ``asyncmr._core``, so the reference shows what editors show.
+functions; the stubs (``asyncmr/_core/<part>.pyi`` beside each compiled part, checked against it
+by ``mypy.stubtest``) hold the typed signatures. This reads them with ``ast`` and hands autodoc
+the one of each documented object of an ``asyncmr._core`` part, so the reference shows what
+editors show.
 """
 
 from __future__ import annotations
@@ -12,9 +13,6 @@ from __future__ import annotations
 import ast
 import copy
 from pathlib import Path
-
-STUBBED_MODULES = ("asyncmr._core",)
-
 
 def _signature(fn: ast.FunctionDef, drop_first: bool) -> tuple[str, str | None]:
     args = copy.deepcopy(fn.args)
@@ -52,12 +50,11 @@ def _read(stub: Path) -> dict[str, tuple[str, str | None]]:
 
 
 def setup(app):
-    import importlib
+    import asyncmr._core
 
-    tables = {}
-    for name in STUBBED_MODULES:
-        module = importlib.import_module(name)
-        tables[name] = _read(Path(module.__file__).with_name(name.rsplit(".", 1)[1] + ".pyi"))
+    # Every stub of the package's compiled parts, by the module it describes.
+    tables = {f"asyncmr._core.{stub.stem}": _read(stub)
+              for stub in sorted(Path(asyncmr._core.__file__).parent.glob("*.pyi"))}
 
     def process_signature(app, what, name, obj, options, signature, return_annotation):
         module = getattr(obj, "__module__", None)

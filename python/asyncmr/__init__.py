@@ -42,6 +42,11 @@ from asyncmr._core import (
     prefetch,
     runtime_version,
 )
+# C++'s enums are asyncmr's: messages and reprs name them as users import them.
+for _enum in (AccessMode, AllocationType, ExportHandle, LocationKind, PoolPath, PoolSource):
+    _enum.__module__ = __name__
+del _enum
+
 # The attribute table is built when _attributes is imported (from _core's table), so no import
 # order can leave it empty.
 from asyncmr._attributes import TABLE as attribute_table

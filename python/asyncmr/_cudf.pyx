@@ -7,9 +7,11 @@
 from cython.operator cimport dereference as deref
 from libcpp cimport bool as cbool
 
-# The resource reference cuDF calls through runs libasyncmr.so, the library _core links: its
-# registries, and the GIL hooks _core installed, are the ones the Python side uses.
-from asyncmr._core cimport AsyncPinnedMR, async_pinned_memory_resource, translate_exception
+# The resource reference cuDF calls through runs libasyncmr.so, the library every asyncmr
+# module links: its registries, and the GIL hooks asyncmr._core.runtime installed, are the ones
+# the Python side uses.
+from asyncmr._core.resources cimport AsyncPinnedMR, async_pinned_memory_resource
+from asyncmr._core.runtime cimport translate_exception
 
 
 cdef extern from "_cudf_bridge.hpp" namespace "asyncmr_py" nogil:

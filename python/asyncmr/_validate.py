@@ -94,8 +94,8 @@ def devices(value, what: str = "accessible_from",
     ordinal, or an iterable of ordinals (not bytes, whose items are ints, nor a mapping, whose
     keys are; no enum member is an ordinal).
 
-    Returns (all_devices, ordinals). A device named twice is refused (ValueError), as the C++
-    library refuses it.
+    Returns (all_devices, ordinals). A device named twice is C++'s to refuse
+    (``check_resource_options``, ``mem_pool::set_access``).
     """
     expected = f"{what} must be 'all', a device id or a list of ids"
     if isinstance(value, str):
@@ -106,13 +106,7 @@ def devices(value, what: str = "accessible_from",
     one = integer(value)
     if one is not None:
         return False, [ordinal(item, one)]
-    ordinals = [ordinal(item, d) for d in items(value, expected)]
-    seen: set[int] = set()
-    for d in ordinals:
-        if d in seen:
-            raise ValueError(f"{what}: device {d} is named twice")
-        seen.add(d)
-    return False, ordinals
+    return False, [ordinal(item, d) for d in items(value, expected)]
 
 
 def items(value, expected: str) -> list:

@@ -1,24 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
-# Included by _core.pyx. What this build, driver and device support (include/asyncmr/capability.hpp),
-# and the versions.
+# cython: language_level=3, embedsignature=True
+"""What this build, driver and device support (include/asyncmr/capability.hpp), and the
+versions."""
 
-# ---- module functions --------------------------------------------------------------------------
+from asyncmr._core.conversions cimport (
+    LocationKind as location_kind_t,
+    to_location,
+    to_source,
+    to_type,
+    validate_combination,
+)
 
-def attribute_table():
-    """The rows of the C++ attribute table: (name, cuda value, kind, access, min driver), with
-    kind and access as :class:`AttributeKind` / :class:`AttributeAccess` members."""
-    rows = []
-    cdef const attribute_info* row
-    for i in range(attribute_count()):
-        row = &attribute_row(i)
-        rows.append((attribute_name(i).decode(), row.cuda_value, AttributeKind(<int>row.kind),
-                     AttributeAccess(<int>row.access), row.min_driver))
-    return rows
-
-
-def _location_kind_from_cuda(int value):
-    """The :class:`LocationKind` a driver ``cudaMemLocationType`` value names."""
-    return LocationKind(<int>kind_from_cuda(value))
+from asyncmr import _validate
 
 
 def driver_version():
@@ -36,28 +29,9 @@ def device_count():
     return require_cuda()
 
 
-def failed_deallocations():
-    """How many stream-ordered frees through asyncmr's resources the driver refused since the
-    process started. Frees made by RMM and C++ code are also logged through RMM's logger;
-    ``deallocate()`` called from Python raises :class:`CUDAError` instead."""
-    return c_failed_deallocations()
-
-
-def failed_prefetches():
-    """How many prefetches of new allocations (``AsyncManagedMR(prefetch=...)``) the driver
-    refused since the process started; each left its allocation where it was."""
-    return c_failed_prefetches()
-
-
 def _set_testing_driver_version(int version):
     """Tests only: act as if the driver were ``version`` (0 restores the real one)."""
     set_testing_driver_version(version)
-
-
-def _parked_pools():
-    """Tests only: how many closed pools asyncmr still holds undestroyed (a block live, a free
-    still queued, an allocation in flight), after destroying those that have become empty."""
-    return testing_parked_pools()
 
 
 def _decide_pool_support(*, driver, build, location, allocation_type, pool="default",
@@ -66,9 +40,9 @@ def _decide_pool_support(*, driver, build, location, allocation_type, pool="defa
     """Tests and ``asyncmr info``: the support decision for a platform given by value (no CUDA
     call). Returns ``(path name or None, reason)``."""
     cdef location_t c_loc = to_location(location)
-    cdef AllocationType t = to_type(allocation_type)
-    cdef PoolSource source = to_source(pool)
-    validate_combination(c_loc, t, source == PoolSource.new_pool)
+    cdef allocation_type_t t = to_type(allocation_type)
+    cdef pool_source_t source = to_source(pool)
+    validate_combination(c_loc, t, source == pool_source_t.new_pool)
     cdef platform p
     p.driver = driver
     p.build = build
@@ -107,12 +81,8 @@ def pool_support(location, allocation_type, pool="default"):
     "driver_entry_point", "stand_in" or None (unsupported, and reason says why). Impossible
     combinations raise ValueError."""
     cdef location_t c_loc = to_location(location)
-    cdef AllocationType t = to_type(allocation_type)
-    cdef PoolSource source = to_source(pool)
-    validate_combination(c_loc, t, source == PoolSource.new_pool)
-    cdef int device = c_loc.id if c_loc.kind == LocationKind.device else _current_device()
+    cdef allocation_type_t t = to_type(allocation_type)
+    cdef pool_source_t source = to_source(pool)
+    validate_combination(c_loc, t, source == pool_source_t.new_pool)
+    cdef int device = c_loc.id if c_loc.kind == location_kind_t.device else current_device()
     return _support_result(decide_pool_support(current_platform(device), c_loc, t, source))
-
-
-cdef extern from "asyncmr/asyncmr.hpp" namespace "asyncmr" nogil:
-    int _current_device "asyncmr::current_device"() except +translate_exception

@@ -3,76 +3,27 @@
  */
 #pragma once
 
-// Glue between Cython and the C++ API, for what Cython cannot say itself: the one translator
-// from C++ exceptions to Python's, the construction of any resource from its options (one
-// template for the three resources), and calls that take a stream as an integer.
-
-#include <Python.h>
+// Glue between Cython and the C++ API, for what Cython cannot say itself: the construction of
+// any resource from its options (one template for the three resources), and calls that take a
+// stream, a pointer or a handle as an integer. Stateless: every module may compile it (the
+// state the interpreter needs is runtime.hpp's, held by one module).
 
 #include <asyncmr/asyncmr.hpp>
-#include <asyncmr/detail/blocking.hpp>
 
-#include <rmm/error.hpp>
+#include <rmm/aligned.hpp>
 
 #include <cuda/stream>
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
-#include <new>
-#include <stdexcept>
 #include <span>
+#include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace asyncmr_py {
 
 using namespace asyncmr;
-
-// ---- exceptions -----------------------------------------------------------------------------
-inline PyObject* no_device_type   = nullptr;
-inline PyObject* unsupported_type = nullptr;
-inline PyObject* closed_type      = nullptr;
-inline PyObject* cuda_error_type  = nullptr;
-
-inline void set_exception_types(PyObject* no_device,
-                                PyObject* unsupported,
-                                PyObject* closed,
-                                PyObject* cuda_error)
-{
-  for (PyObject* t : {no_device, unsupported, closed, cuda_error}) { Py_INCREF(t); }
-  no_device_type   = no_device;
-  unsupported_type = unsupported;
-  closed_type      = closed;
-  cuda_error_type  = cuda_error;
-}
-
-/// Called by Cython inside `catch (...)`: sets the Python exception that fits.
-inline void translate_exception()
-{
-  try {
-    throw;
-  } catch (no_device_error const& e) {
-    PyErr_SetString(no_device_type, e.what());
-  } catch (unsupported_error const& e) {
-    PyErr_SetString(unsupported_type, e.what());
-  } catch (pool_closed_error const& e) {
-    PyErr_SetString(closed_type, e.what());
-  } catch (asyncmr::cuda_error const& e) {
-    PyErr_SetString(cuda_error_type, e.what());
-  } catch (std::bad_alloc const& e) {  // rmm::out_of_memory and rmm::bad_alloc too
-    PyErr_SetString(PyExc_MemoryError, e.what());
-  } catch (std::invalid_argument const& e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-  } catch (std::out_of_range const& e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-  } catch (std::exception const& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  } catch (...) {
-    PyErr_SetString(PyExc_RuntimeError, "asyncmr: unknown C++ exception");
-  }
-}
 
 // ---- resources --------------------------------------------------------------------------------
 
@@ -135,57 +86,6 @@ inline free_result deallocate(pool_resource& mr,
 inline std::string free_failure(free_result const& result, std::uintptr_t ptr, std::size_t bytes)
 {
   return describe_free_failure(result, reinterpret_cast<void const*>(ptr), bytes);
-}
-
-// ---- waits on the device release the GIL ----------------------------------------------------
-
-// True once the interpreter has begun to finalize.
-inline bool interpreter_finalizing() noexcept
-{
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing() != 0;
-#else
-  return _Py_IsFinalizing() != 0;
-#endif
-}
-
-// A thread that let the GIL go for a wait and finds the interpreter finalizing when the wait
-// ends never takes it back: PyEval_RestoreThread would end the thread by unwinding its stack
-// (CPython 3.13 and older), and the unwind stops in asyncmr's and RMM's noexcept frames with
-// std::terminate. The thread sleeps until the process exits instead, as CPython 3.14 parks
-// such threads itself. Only a daemon thread can get here: the others are joined before
-// finalization begins.
-[[noreturn]] inline void park_until_exit() noexcept
-{
-  for (;;) { std::this_thread::sleep_for(std::chrono::hours{1}); }
-}
-
-// Every asyncmr wait on the device (detail/blocking.hpp) releases the GIL if the waiting thread
-// holds it, so that a Python host function queued on a stream can run: called from Python,
-// from RMM's C++ (a DeviceBuffer's destructor) or a resource's destructor alike. Not during
-// interpreter shutdown, when another thread could not take the GIL anyway.
-inline void* release_gil() noexcept
-{
-#if PY_VERSION_HEX >= 0x030D0000
-  PyThreadState* const holder = PyThreadState_GetUnchecked();
-#else
-  PyThreadState* const holder = _PyThreadState_UncheckedGet();
-#endif
-  // In a build with the GIL, a thread has a current thread state exactly while it holds it.
-  if (holder == nullptr || interpreter_finalizing()) { return nullptr; }
-  return PyEval_SaveThread();
-}
-
-inline void take_gil_back(void* token) noexcept
-{
-  if (token == nullptr) { return; }
-  if (interpreter_finalizing()) { park_until_exit(); }
-  PyEval_RestoreThread(static_cast<PyThreadState*>(token));
-}
-
-inline void install_blocking_hooks() noexcept
-{
-  detail::set_blocking_hooks({&release_gil, &take_gil_back});
 }
 
 // ---- pools ------------------------------------------------------------------------------------
@@ -255,8 +155,5 @@ inline location_kind kind_from_cuda(int value)
   loc.type = static_cast<cudaMemLocationType>(value);
   return location::from_cuda(loc).kind;
 }
-
-inline char const* error_name(cudaError_t e) noexcept { return cudaGetErrorName(e); }
-inline char const* error_text(cudaError_t e) noexcept { return cudaGetErrorString(e); }
 
 }  // namespace asyncmr_py

@@ -1,6 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
-# Included by _core.pyx. Sharing pools and allocations between processes (src/ipc.cpp), and the
-# small checked conversions of the pool surface.
+# cython: language_level=3, embedsignature=True
+"""Sharing pools and allocations between processes (src/ipc.cpp): exported pointers, the export
+handle types of a pool, and imported allocations."""
+
+from cython.operator cimport dereference as deref
+
+from rmm.pylibrmm.stream cimport Stream
+from rmm.pylibrmm.utils cimport as_stream
+
+from asyncmr import _validate
+
 
 def export_pointer(ptr):
     """The 64 bytes another process needs to import allocation ``ptr`` (an int address from a
@@ -9,8 +18,8 @@ def export_pointer(ptr):
     not exported. Do not free ``ptr`` before every importer has released its import."""
     _validate.not_a_number("ptr must be a non-zero int address", ptr)
     ptr = _validate.as_integer(ptr, "ptr", "a non-zero int address")
-    if not 0 < ptr < 2**64:
-        raise ValueError(f"ptr must be a non-zero 64-bit address, got {ptr}")
+    if not 0 <= ptr < 2**64:  # a pointer; C++ refuses a null one
+        raise ValueError(f"ptr must be a 64-bit address, got {ptr}")
     cdef exported_pointer data = c_export_pointer(<void*><uintptr_t>ptr)
     return bytes([data.bytes[i] for i in range(64)])
 
@@ -19,7 +28,7 @@ _EXPORT_HANDLES = {h.name: h for h in ExportHandle}
 _EXPORT_BITS = ", ".join(f"{h.name} = {int(h)}" for h in ExportHandle)
 
 
-def _export_handle_bits(value):
+cdef int export_handle_bits(value) except -1:
     """export_handle_types: None, a name ("posix_fd", "fabric"), names, or an int of bits."""
     if value is None:
         return 0
@@ -67,16 +76,11 @@ cdef class ImportedAllocation:
     long.
     """
 
-    cdef readonly MemPool pool
-    cdef readonly uintptr_t ptr
-    cdef readonly size_t nbytes
-    cdef unique_ptr[imported_allocation] c_import
-
     def __init__(self, *args, **kwargs):
         raise TypeError("use MemPool.import_pointer()")
 
     @staticmethod
-    cdef ImportedAllocation _make(MemPool pool, unique_ptr[imported_allocation]& imported,
+    cdef ImportedAllocation _make(object pool, unique_ptr[imported_allocation]& imported,
                                   size_t nbytes):
         cdef ImportedAllocation self = ImportedAllocation.__new__(ImportedAllocation)
         self.pool = pool
@@ -128,21 +132,3 @@ cdef class ImportedAllocation:
     def __repr__(self):
         state = "released" if self.released else "live"
         return f"ImportedAllocation(ptr={self.ptr:#x}, nbytes={self.nbytes}, {state})"
-
-
-def _attribute_index(index):
-    """A row of the attribute table, checked (an index outside it is a ValueError)."""
-    index = _validate.as_integer(index, "attribute index")
-    if not 0 <= index < attribute_count():
-        raise ValueError(f"attribute index {index} is outside the table "
-                         f"({attribute_count()} attributes)")
-    return index
-
-
-def _access_mode(value):
-    if not isinstance(value, str):
-        raise TypeError(f"access mode must be a str, got {_validate.type_name(value)}")
-    mode = ACCESS_MODES.get(value)
-    if mode is None:
-        raise ValueError(f"access mode must be one of {tuple(ACCESS_MODES)}, got {value!r}")
-    return mode

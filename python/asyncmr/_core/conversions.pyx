@@ -1,7 +1,21 @@
 # SPDX-License-Identifier: Apache-2.0
-# Included by _core.pyx. Python values to the C++ types, checked (each error names the argument).
+# cython: language_level=3, embedsignature=True
+"""The vocabulary of pools (include/asyncmr/location.hpp) and Python values converted to the C++
+types, each error naming the argument (see conversions.pxd). The Python spellings of the C++
+enums are made here, from C++."""
 
-# ---- conversions -------------------------------------------------------------------------------
+from asyncmr._core.capability cimport current_device
+
+from asyncmr import _validate
+from asyncmr._location import Location
+
+#: The Python spellings, mapped onto the C++ enums (whose values come from C++).
+POOL_SOURCES = {pool_source_name(s).decode(): s for s in PoolSource}
+_TYPES = {t.name: t for t in AllocationType}
+_KINDS = {k.name: k for k in LocationKind}
+ALLOCATION_TYPES = tuple(_TYPES)
+LOCATION_KINDS = tuple(_KINDS)
+
 
 cdef location_t to_location(value) except *:
     """A validated :class:`Location` as the C++ value."""
@@ -45,22 +59,20 @@ cdef AllocationType to_type(value) except *:
     return t
 
 
-cdef size_t _size_t_slow(value, name) except? <size_t>-1:
+cdef PoolSource to_source(value) except *:
+    """"default", "current", "new" or a :class:`PoolSource` member."""
+    if isinstance(value, PoolSource):
+        return value
+    # A number is no choice: PoolSource's values are its own.
+    return POOL_SOURCES[_validate.choice(
+        f"pool must be one of {tuple(POOL_SOURCES)} or a PoolSource", value, POOL_SOURCES)]
+
+
+cdef size_t size_t_slow(value, name) except? <size_t>-1:
     value = _validate.as_integer(value, name)  # NumPy's integers too; never a bool or a float
     if not 0 <= value < 2**64:
         raise ValueError(f"{name} must be in [0, 2**64), got {value}")
     return <size_t>value
-
-
-cdef inline size_t _to_size_t(value, name) except? <size_t>-1:
-    """A byte count or an address from Python: an int (the fast path) or another integral type
-    such as NumPy's, in [0, 2**64); a bool, a float or a negative value is refused by name."""
-    if type(value) is int:
-        try:
-            return <size_t>value
-        except OverflowError:
-            pass  # negative or too large: the slow path says which
-    return _size_t_slow(value, name)
 
 
 cdef optional[uint64_t] to_bytes(name, value) except *:
@@ -89,18 +101,16 @@ cdef optional[int] to_ordinal(value, what) except *:
     return out
 
 
-cdef location_t _prefetch_target(value, optional[int] device, name="prefetch") except *:
-    """AsyncManagedMR's ``prefetch`` and the placement calls' ``to``: "device" (the resource's
-    device: ``device``, else the current one), a device ordinal, "host", or a
-    :class:`Location` (checked by ``_validate.target``, which names the argument)."""
+cdef location_t target_location(where, optional[int] device) except *:
+    """A target ``_validate.target`` took ("device", "host", a device ordinal or a
+    :class:`Location`) as the C++ location. "device" is ``device``, else the current device,
+    which asks the driver: callers check every other argument first."""
     cdef location_t loc
-    # The resource's option may be unset (None, taken by the caller): its message says so.
-    where = _validate.target(name, value, unset=name == "prefetch")
     if isinstance(where, Location):
         return to_location(where)
     if where == "device":
         loc.kind = LocationKind.device
-        loc.id = device.value() if device.has_value() else c_current_device()
+        loc.id = device.value() if device.has_value() else current_device()
     elif where == "host":
         loc.kind = LocationKind.host
         loc.id = 0
@@ -108,12 +118,3 @@ cdef location_t _prefetch_target(value, optional[int] device, name="prefetch") e
         loc.kind = LocationKind.device
         loc.id = where
     return loc
-
-
-cdef PoolSource to_source(value) except *:
-    """"default", "current", "new" or a :class:`PoolSource` member."""
-    if isinstance(value, PoolSource):
-        return value
-    # A number is no choice: PoolSource's values are its own.
-    return POOL_SOURCES[_validate.choice(
-        f"pool must be one of {tuple(POOL_SOURCES)} or a PoolSource", value, POOL_SOURCES)]

@@ -1,8 +1,43 @@
 # SPDX-License-Identifier: Apache-2.0
-# Included by _core.pyx. The three resources (include/asyncmr/async_*_memory_resource.hpp) and
-# what they share (include/asyncmr/pool_resource.hpp).
+# cython: language_level=3, embedsignature=True
+"""The three pool-backed RMM resources (include/asyncmr/async_*_memory_resource.hpp) and what
+they share (include/asyncmr/pool_resource.hpp), with their options
+(include/asyncmr/resource_options.hpp)."""
 
-# ---- resources ---------------------------------------------------------------------------------
+from cython.operator cimport dereference as deref
+from libc.stdint cimport INT64_MAX
+
+from rmm.pylibrmm.stream cimport Stream
+from rmm.pylibrmm.utils cimport as_stream
+
+from asyncmr._core.conversions cimport (
+    from_location,
+    target_location,
+    to_bytes,
+    to_devices,
+    to_location,
+    to_ordinal,
+    to_size_t,
+    to_source,
+)
+from asyncmr._core.mem_pool cimport pool_usage
+
+from rmm.pylibrmm.stream import DEFAULT_STREAM
+
+from asyncmr import _validate
+from asyncmr._core.conversions import PoolSource
+from asyncmr._exceptions import CUDAError
+
+GIL_POLICIES = ("auto", "always", "never")
+_HISTORY_ACTIONS = {int(a): a.name for a in HistoryAction}
+
+
+def failed_deallocations():
+    """How many stream-ordered frees through asyncmr's resources the driver refused since the
+    process started. Frees made by RMM and C++ code are also logged through RMM's logger;
+    ``deallocate()`` called from Python raises :class:`CUDAError` instead."""
+    return c_failed_deallocations()
+
 
 # RMM's make_device_async_resource_ref is a template; naming it again lets it take our types.
 cdef extern from *:
@@ -27,7 +62,7 @@ cdef object _common_options(pool, release_threshold, cache, reserve,
     options.reserve = _validate.size("reserve", reserve, optional=False)
     cap = _validate.size("cache", cache)
     options.cache = 0 if cap is None else cap
-    options.source = PoolSource.default_pool  # what an adopted pool is reached as
+    options.source = pool_source_t.default_pool  # what an adopted pool is reached as
     adopted = None
     if isinstance(pool, PoolSource):
         options.source = pool
@@ -36,17 +71,18 @@ cdef object _common_options(pool, release_threshold, cache, reserve,
     else:
         name, adopted = _validate.pool(pool)
         if adopted is None:
-            options.source = POOL_SOURCES[name]
+            options.source = to_source(name)
     return adopted
 
 
-cdef object _managed_options(device, pool, location, release_threshold, accessible_from, reserve,
-                             cache, prefetch, discard, resource_options* options):
+cdef tuple _managed_options(device, pool, location, release_threshold, accessible_from, reserve,
+                            cache, prefetch, discard, resource_options* options):
     """``AsyncManagedMR``'s options into ``options``, each checked as far as it can be before any
-    CUDA call (``check_fields``; the prefetch target by ``_validate.target``: "device" is
-    resolved by the caller, which may have to ask the driver for the current device). Returns
-    the pool to adopt (an int handle or a MemPool), or None. The resource and
-    ``_check_managed_options`` both come here, so what one refuses the other does."""
+    CUDA call (``check_resource_options``; the prefetch target by ``_validate.target``).
+    Returns the pool to adopt (an int handle or a MemPool, or None) and the prefetch target as
+    ``_validate.target`` took it (None: no prefetch), for the caller to resolve: "device" may
+    ask the driver for the current device. The resource and ``_check_managed_options`` both
+    come here, so what one refuses the other does."""
     if not isinstance(discard, bool):
         raise TypeError(f"discard must be a bool, got {_validate.type_name(discard)}")
     adopted = _common_options(pool, release_threshold, cache, reserve, options)
@@ -55,10 +91,9 @@ cdef object _managed_options(device, pool, location, release_threshold, accessib
         options.location = optional[location_t](to_location(location))
     options.accessible_from = to_devices(accessible_from)
     options.discard = discard
-    check_fields(AllocationType.managed, deref(options), prefetch is not None)
-    if prefetch is not None:
-        _validate.target("prefetch", prefetch, unset=True)
-    return adopted
+    check_resource_options(allocation_type_t.managed, deref(options), prefetch is not None)
+    where = None if prefetch is None else _validate.target("prefetch", prefetch, unset=True)
+    return adopted, where
 
 
 def _check_managed_options(*, pool="default", release_threshold=None, reserve=0, cache=None,
@@ -92,7 +127,8 @@ cdef class _PoolResource(DeviceMemoryResource):
 
     cdef _adopt_pool(self):
         """The pool to adopt, if any, as ``_adopt``: an int handle or a pool object is asked of
-        the driver here, after the subclass checked the rest of its arguments (``check_fields``)."""
+        the driver here, after the subclass checked the rest of its arguments
+        (``check_resource_options``)."""
         if self._adopted is None:
             return
         if not isinstance(self._adopted, MemPool):
@@ -147,7 +183,7 @@ cdef class _PoolResource(DeviceMemoryResource):
         allocation inside a stream capture (host pools). (Allocations made by RMM itself, such
         as ``rmm.DeviceBuffer``, raise RuntimeError with the same message for the last two.)
         """
-        cdef size_t n = _to_size_t(nbytes, "nbytes")
+        cdef size_t n = to_size_t(nbytes, "nbytes")
         stream = as_stream(stream)
         cdef uintptr_t s = <uintptr_t>stream._cuda_stream
         cdef uint64_t event
@@ -156,7 +192,7 @@ cdef class _PoolResource(DeviceMemoryResource):
         recorder = self._recorder
         if recorder is None:
             return self._allocate_core(n, s)
-        history_forget_last_event()  # so that an allocation the ring did not record names none
+        forget_last_history_event()  # so that an allocation the ring did not record names none
         try:
             ptr = self._allocate_core(n, s)
         except MemoryError as e:
@@ -165,10 +201,10 @@ cdef class _PoolResource(DeviceMemoryResource):
         # own allocations, never takes its place). It went into the recorder's ring if the
         # recorder is still this resource's: it is set after the C++ recording starts and cleared
         # before it stops, and never set again.
-        event = history_last_event()
+        event = last_history_event()
         try:
             recorder.note_allocation(
-                ptr, event if event != history_no_event and self._recorder is recorder else None)
+                ptr, event if event != no_history_event and self._recorder is recorder else None)
         except BaseException:
             # The caller never gets the address (a MemoryError noting the stack, an interrupt):
             # the block goes back rather than stay allocated for good. The recorder's exception
@@ -207,8 +243,8 @@ cdef class _PoolResource(DeviceMemoryResource):
         pointer no pool handed out, or a free on the legacy default stream while a blocking
         stream captures: then the capture stays valid and the block is still the caller's).
         """
-        cdef uintptr_t p = _to_size_t(ptr, "ptr")
-        cdef size_t n = _to_size_t(nbytes, "nbytes")
+        cdef uintptr_t p = to_size_t(ptr, "ptr")
+        cdef size_t n = to_size_t(nbytes, "nbytes")
         stream = as_stream(stream)
         cdef uintptr_t s = <uintptr_t>stream._cuda_stream
         cdef free_result result
@@ -433,10 +469,11 @@ cdef class AsyncManagedMR(_PoolResource):
                   release_threshold=None, accessible_from="all", reserve=0, cache=None,
                   prefetch=None, discard=False):
         cdef resource_options o
-        self._prepare(_managed_options(device, pool, location, release_threshold, accessible_from,
-                                       reserve, cache, prefetch, discard, &o))
-        if prefetch is not None:  # "device" may ask which device is current: after the checks
-            o.prefetch = optional[location_t](_prefetch_target(prefetch, o.device))
+        adopted, where = _managed_options(device, pool, location, release_threshold,
+                                          accessible_from, reserve, cache, prefetch, discard, &o)
+        self._prepare(adopted)
+        if where is not None:  # "device" may ask which device is current: after the checks
+            o.prefetch = optional[location_t](target_location(where, o.device))
         self._adopt_pool()
         self.c_obj = make_resource[async_managed_memory_resource, resource_options](
             self._adopt, o)
@@ -491,7 +528,7 @@ cdef class AsyncPinnedMR(_PoolResource):
         self._prepare(_common_options(pool, release_threshold, cache, reserve, &o))
         o.numa_node = to_ordinal(numa_node, "numa_node")
         o.accessible_from = to_devices(accessible_from)
-        check_fields(AllocationType.pinned, o, False)
+        check_resource_options(allocation_type_t.pinned, o, False)
         self._adopt_pool()
         self.c_obj = make_resource[async_pinned_memory_resource, resource_options](
             self._adopt, o)
@@ -529,7 +566,7 @@ cdef class AsyncDeviceMR(_PoolResource):
         cdef resource_options o
         self._prepare(_common_options(pool, release_threshold, cache, reserve, &o))
         o.device = to_ordinal(device, "device")
-        check_fields(AllocationType.device, o, False)
+        check_resource_options(allocation_type_t.device, o, False)
         self._adopt_pool()
         self.c_obj = make_resource[async_device_memory_resource, resource_options](
             self._adopt, o)

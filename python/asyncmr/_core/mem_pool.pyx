@@ -1,7 +1,50 @@
 # SPDX-License-Identifier: Apache-2.0
-# Included by _core.pyx. MemPool: a pool, owned or viewed (include/asyncmr/mem_pool.hpp).
+# cython: language_level=3, embedsignature=True
+"""MemPool: a pool, owned or viewed (include/asyncmr/mem_pool.hpp), and the attribute table its
+attributes are made from."""
 
-# ---- MemPool -----------------------------------------------------------------------------------
+import contextlib
+
+from cython.operator cimport dereference as deref
+from libc.stdint cimport uint64_t, uintptr_t
+from libcpp.memory cimport unique_ptr
+from libcpp.optional cimport optional
+from libcpp.vector cimport vector
+
+from asyncmr._core.capability cimport require_cuda
+from asyncmr._core.conversions cimport from_location, to_bytes, to_location, to_size_t, to_type
+from asyncmr._core.ipc cimport ImportedAllocation, export_handle_bits
+
+from asyncmr import _foreign_pools, _validate
+from asyncmr._core.conversions import AllocationType, LocationKind
+
+#: The access modes' Python spellings.
+ACCESS_MODES = {"none": AccessMode.none, "r": AccessMode.read, "rw": AccessMode.read_write}
+_ACCESS_NAMES = {v: k for k, v in ACCESS_MODES.items()}
+
+
+def attribute_table():
+    """The rows of the C++ attribute table: (name, cuda value, kind, access, min driver), with
+    kind and access as :class:`AttributeKind` / :class:`AttributeAccess` members."""
+    rows = []
+    cdef const attribute_info* row
+    for i in range(attribute_count()):
+        row = &attribute_row(i)
+        rows.append((attribute_name(i).decode(), row.cuda_value, AttributeKind(<int>row.kind),
+                     AttributeAccess(<int>row.access), row.min_driver))
+    return rows
+
+
+def _location_kind_from_cuda(int value):
+    """The :class:`LocationKind` a driver ``cudaMemLocationType`` value names."""
+    return LocationKind(<int>kind_from_cuda(value))
+
+
+def _parked_pools():
+    """Tests only: how many closed pools asyncmr still holds undestroyed (a block live, a free
+    still queued, an allocation in flight), after destroying those that have become empty."""
+    return testing_parked_pools()
+
 
 cdef object _hint(name, given, known, what):
     """What ``from_handle`` tells asyncmr of a pool object's ``name`` (location or
@@ -84,7 +127,7 @@ cdef class MemPool:
         props.type = to_type(allocation_type)
         props.max_size = _validate.size("max_size", max_size, optional=False)
         props.release_threshold = to_bytes("release_threshold", release_threshold)
-        props.export_handle_types = _export_handle_bits(export_handle_types)
+        props.export_handle_types = export_handle_bits(export_handle_types)
         return MemPool.wrap(mem_pool.create(props))
 
     @staticmethod
@@ -123,11 +166,11 @@ cdef class MemPool:
                 handle, owner = foreign.handle, foreign.owner
         h = _validate.handle(handle)
         cdef optional[location_t] loc
-        cdef optional[AllocationType] t
+        cdef optional[allocation_type_t] t
         if location is not None:
             loc = optional[location_t](to_location(location))
         if allocation_type is not None:
-            t = optional[AllocationType](to_type(allocation_type))
+            t = optional[allocation_type_t](to_type(allocation_type))
         cdef MemPool pool = MemPool.wrap(adopt_handle(<uintptr_t>h, owned, loc, t))
         pool._owner = owner
         return pool
@@ -156,8 +199,8 @@ cdef class MemPool:
     @property
     def allocation_type(self):
         """"device", "pinned" or "managed"; None if the driver cannot say."""
-        cdef optional[AllocationType] t = self.get().type()
-        cdef AllocationType value
+        cdef optional[allocation_type_t] t = self.get().type()
+        cdef allocation_type_t value
         if not t.has_value():
             return None
         value = t.value()
@@ -171,11 +214,12 @@ cdef class MemPool:
 
         return PoolAttributes(self)
 
+    # `index`: a row of the attribute table (one outside it is C++'s to refuse).
     def _get_attribute(self, index):
-        return get_attribute(deref(self.get()), _attribute_index(index))
+        return get_attribute(deref(self.get()), to_size_t(index, "attribute index"))
 
     def _set_attribute(self, index, uint64_t value):
-        set_attribute(deref(self.get()), _attribute_index(index), value)
+        set_attribute(deref(self.get()), to_size_t(index, "attribute index"), value)
 
     def trim_to(self, min_bytes_to_keep=0):
         """Release unused reserved memory, keeping at least ``min_bytes_to_keep`` bytes.
@@ -283,8 +327,8 @@ cdef class MemPool:
         ``location`` and ``allocation_type`` are the exporter's. An imported pool cannot be
         allocated from; bring allocations in with :meth:`import_pointer`."""
         fd = _validate.as_integer(fd, "fd", "an int file descriptor")
-        if not 0 <= fd < 2**31:
-            raise ValueError(f"fd must be a file descriptor (>= 0), got {fd}")
+        if not -2**31 <= fd < 2**31:  # a C int; C++ refuses a negative one
+            raise ValueError(f"fd must be in [-2**31, 2**31), got {fd}")
         return MemPool.wrap(mem_pool.import_fd(fd, to_location(location), to_type(allocation_type)))
 
     @property
@@ -344,3 +388,12 @@ cdef class MemPool:
             return "MemPool(<closed>)"
         return (f"MemPool(handle={self.handle:#x}, allocation_type={self.allocation_type!r}, "
                 f"location={self.location!r}, owned={self.owned})")
+
+
+def _access_mode(value):
+    if not isinstance(value, str):
+        raise TypeError(f"access mode must be a str, got {_validate.type_name(value)}")
+    mode = ACCESS_MODES.get(value)
+    if mode is None:
+        raise ValueError(f"access mode must be one of {tuple(ACCESS_MODES)}, got {value!r}")
+    return mode

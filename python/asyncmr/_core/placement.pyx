@@ -1,15 +1,26 @@
 # SPDX-License-Identifier: Apache-2.0
-# Included by _core.pyx. Moving managed memory in stream order (asyncmr/placement.hpp).
+# cython: language_level=3, embedsignature=True
+"""Moving managed memory in stream order (include/asyncmr/placement.hpp)."""
 
+from libcpp.optional cimport optional
+
+from rmm.pylibrmm.stream cimport Stream
+from rmm.pylibrmm.utils cimport as_stream
+
+from asyncmr._core.conversions cimport target_location
+
+from rmm.pylibrmm.stream import DEFAULT_STREAM
+
+from asyncmr import _validate
 from asyncmr._ranges import ranges as _ranges
 
 
 cdef location_t _placement_target(to) except *:
     cdef optional[int] none
-    return _prefetch_target(to, none, "to")
+    return target_location(_validate.target("to", to), none)
 
 
-cdef vector[memory_range] _as_ranges(obj) except *:
+cdef vector[memory_range] as_ranges(obj) except *:
     cdef vector[memory_range] out
     cdef memory_range r
     for p, n in _ranges(obj):
@@ -30,7 +41,7 @@ def prefetch(obj, to="device", Stream stream=DEFAULT_STREAM):
     would invalidate the capture) and ValueError for memory that is not managed (the ranges
     before it are already queued).
     """
-    cdef vector[memory_range] rs = _as_ranges(obj)
+    cdef vector[memory_range] rs = as_ranges(obj)
     stream = as_stream(stream)  # before the target, which may ask the driver (the current device)
     cdef location_t where = _placement_target(to)
     cdef uintptr_t s = <uintptr_t>stream._cuda_stream
@@ -44,7 +55,7 @@ def discard(obj, Stream stream=DEFAULT_STREAM):
     :class:`asyncmr.UnsupportedError` elsewhere, on a capturing stream, and on the legacy
     default stream (the default here), which the driver's batched discards refuse: pass a
     stream."""
-    cdef vector[memory_range] rs = _as_ranges(obj)
+    cdef vector[memory_range] rs = as_ranges(obj)
     stream = as_stream(stream)
     cdef uintptr_t s = <uintptr_t>stream._cuda_stream
     with nogil:
@@ -54,7 +65,7 @@ def discard(obj, Stream stream=DEFAULT_STREAM):
 def discard_and_prefetch(obj, to="device", Stream stream=DEFAULT_STREAM):
     """Discard managed memory and prefetch it to ``to`` in one driver call: for memory about to
     be overwritten where it will be used. As :func:`discard` and :func:`prefetch`."""
-    cdef vector[memory_range] rs = _as_ranges(obj)
+    cdef vector[memory_range] rs = as_ranges(obj)
     stream = as_stream(stream)  # before the target, which may ask the driver (the current device)
     cdef location_t where = _placement_target(to)
     cdef uintptr_t s = <uintptr_t>stream._cuda_stream
@@ -81,7 +92,7 @@ def advise(obj, advice, to="device"):
     ``to`` of the wrong type), before any CUDA call, and for memory that is not managed.
     """
     _validate.choice(f"asyncmr: advise: advice must be one of {ADVICE}", advice, ADVICE)
-    cdef vector[memory_range] rs = _as_ranges(obj)
+    cdef vector[memory_range] rs = as_ranges(obj)
     cdef location_t where = _placement_target(to)
     cdef int kind = ADVICE.index(advice)
     with nogil:
@@ -91,3 +102,9 @@ def advise(obj, advice, to="device"):
 def can_discard():
     """True on the CUDA 13 build, which can :func:`discard`."""
     return c_can_discard()
+
+
+def failed_prefetches():
+    """How many prefetches of new allocations (``AsyncManagedMR(prefetch=...)``) the driver
+    refused since the process started; each left its allocation where it was."""
+    return c_failed_prefetches()
