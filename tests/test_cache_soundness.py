@@ -103,8 +103,8 @@ def test_a_pool_serves_a_thread_while_another_thread_captures_in_global_mode(gpu
     # PyTorch captures in global mode (torch.cuda.graph's default). Another thread's allocations
     # and frees on its own, uncaptured stream go on meanwhile: served, and the capture left valid.
     # A new pool grows for the first allocation. (In the thread's default mode the driver
-    # refused it, cudaErrorStreamCaptureUnsupported, every kind, cached or not: H100, driver 580,
-    # 2026-12-05. Every pool call now runs in relaxed capture mode, as the control calls did.)
+    # refuses it, cudaErrorStreamCaptureUnsupported, every kind, cached or not; every pool call
+    # runs in relaxed capture mode: docs/DRIVER_FACTS.md.)
     cupy = require_module("cupy")
     from gpu_helpers import captured_elsewhere
 
@@ -126,8 +126,7 @@ def test_a_pool_serves_a_thread_while_another_thread_captures_in_global_mode(gpu
 
 def test_a_block_the_driver_will_not_free_inside_a_capture_stays_the_callers(gpu):
     # The driver refuses a free node for a pool block allocated outside the graph (cudaFreeAsync
-    # on a capturing stream: cudaErrorInvalidValue, seen on an H100 with driver 580,
-    # 2026-12-05). The record lets the block go only for the driver's free, so on refusal it is
+    # on a capturing stream: cudaErrorInvalidValue, docs/DRIVER_FACTS.md). The record lets the block go only for the driver's free, so on refusal it is
     # still the cache's handed-out block, and its free after the capture is cached as usual.
     cupy = require_module("cupy")
     mr = make("device")
@@ -628,8 +627,8 @@ def test_an_allocation_gets_memory_back_whose_frees_were_queued_before_it_ran_ou
     # A release that another thread began has taken the cached blocks out and queued their frees
     # behind their stream's kernel: the cache holds nothing, the pool still counts the memory as
     # used. An allocation that runs out of memory then must still wait for those frees and try
-    # again, not say "nothing to give back" (a review finding of 2026-12-05: the retry was made
-    # only when blocks were still cached).
+    # again, not say "nothing to give back" (a retry made only when blocks are still cached
+    # would).
     cupy = require_module("cupy")
     spin_on(cupy, cupy.cuda.Stream.null, 1000)  # compiled and loaded before the timing matters
     sync()
@@ -802,9 +801,8 @@ def test_a_legacy_stream_free_of_a_block_a_blocking_stream_used_waits_for_that_u
     # CUDA orders a free on the legacy stream after the earlier work of every blocking stream
     # (the legacy stream's implicit synchronization), so a block last used by a kernel on a
     # blocking stream may be freed on the legacy stream without any wait; its release from the
-    # cache must still come after the kernel. (A defect a review of 2026-12-05 found in the design
-    # of 01999da, where a put on the legacy stream set no marker and the release was ordered after
-    # the legacy stream's own work only.)
+    # cache must still come after the kernel (a put on the legacy stream that set no marker
+    # would order the release after the legacy stream's own work only).
     cupy = require_module("cupy")
     spin_on(cupy, cupy.cuda.Stream.null, 1000)  # compiled and loaded before the timing matters
     sync()

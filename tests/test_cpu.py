@@ -818,8 +818,8 @@ def test_demo_refuses_elements_that_are_not_a_positive_integer(value, capsys):
 @pytest.mark.parametrize("value", [str((1 << 30) + 1), str(10**30), "9" * 5000])
 def test_demo_refuses_more_elements_than_it_can_hold_before_running(value, capsys):
     # The demo makes a float64 array of --elements on the host and several on the GPU: a count
-    # past 2**30 (8 GiB an array) was taken, and ended in a NumPy or CuPy traceback on a GPU
-    # host (a review finding of 2026-12-05). Refused up front, naming the bound.
+    # past 2**30 (8 GiB an array) would end in a NumPy or CuPy traceback on a GPU host. Refused
+    # up front, naming the bound.
     from asyncmr.__main__ import main
 
     with pytest.raises(SystemExit) as exit:  # before the demo looks for a GPU
