@@ -3,13 +3,16 @@
 
 Each module is a ``.pyx`` with its ``.pxd``, which declares the C++ it binds (the public headers
 of its part, ``include/asyncmr/*.hpp``) and what other modules cimport from it: ``runtime``
-(the one exception translator and the GIL hooks, imported first), ``conversions`` (the location
+(the GIL hooks, imported first; its ``.pxd`` names the exception translator, translate.hpp, which
+every module compiles), ``conversions`` (the location
 vocabulary, Python values to C++ types), ``capability``, ``ipc`` (what crosses processes),
 ``mem_pool`` (MemPool, the attribute table), ``resources`` (the three RMM resources) and
 ``placement``. All of them link the one libasyncmr.so, so its process-wide state exists once
 whichever is imported.
 """
 
+# First: installs the GIL hooks before any module calls into libasyncmr.so.
+from asyncmr._core import runtime as _runtime  # noqa: F401  # isort: skip
 from asyncmr._core.capability import (
     PoolPath,
     _decide_pool_support,

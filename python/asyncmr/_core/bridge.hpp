@@ -5,8 +5,8 @@
 
 // Glue between Cython and the C++ API, for what Cython cannot say itself: the construction of
 // any resource from its options (one template for the three resources), and calls that take a
-// stream, a pointer or a handle as an integer. Stateless: every module may compile it (the
-// state the interpreter needs is runtime.hpp's, held by one module).
+// stream, a pointer or a handle as an integer. Stateless: every module may compile it (the GIL
+// hooks are runtime.hpp's, installed by one module).
 
 #include <asyncmr/asyncmr.hpp>
 

@@ -3,71 +3,19 @@
  */
 #pragma once
 
-// What the interpreter needs around every call into libasyncmr.so: the one translator from C++
-// exceptions to Python's, and the hooks that let the GIL go while asyncmr waits on the device.
-//
-// Only asyncmr._core.runtime includes this header. Extensions are built with hidden
-// visibility, so every extension that compiled it would hold exception-type globals of its own,
-// set only in the module that set them (a translation anywhere else would raise with a null
-// type), and copies of its own of the hooks. So one module holds the types and installs the
-// hooks, once per process, when it is imported; every other module reaches the translator through
-// that module's C API (runtime.pxd's `translate_exception`, cimported).
+// The hooks that let the GIL go while asyncmr waits on the device, installed into libasyncmr.so
+// once per process by asyncmr._core.runtime, which asyncmr._core imports first. Only that module
+// includes this header (the exception translator, which every module compiles, is
+// translate.hpp).
 
 #include <Python.h>
 
-#include <asyncmr/error.hpp>
 #include <asyncmr/detail/blocking.hpp>
 
 #include <chrono>
-#include <new>
-#include <stdexcept>
 #include <thread>
 
 namespace asyncmr_py {
-
-// ---- exceptions -----------------------------------------------------------------------------
-inline PyObject* no_device_type   = nullptr;
-inline PyObject* unsupported_type = nullptr;
-inline PyObject* closed_type      = nullptr;
-inline PyObject* cuda_error_type  = nullptr;
-
-inline void set_exception_types(PyObject* no_device,
-                                PyObject* unsupported,
-                                PyObject* closed,
-                                PyObject* cuda_error)
-{
-  for (PyObject* t : {no_device, unsupported, closed, cuda_error}) { Py_INCREF(t); }
-  no_device_type   = no_device;
-  unsupported_type = unsupported;
-  closed_type      = closed;
-  cuda_error_type  = cuda_error;
-}
-
-/// Called inside `catch (...)`: sets the Python exception that fits the one being handled.
-inline void translate_current_exception() noexcept
-{
-  try {
-    throw;
-  } catch (asyncmr::no_device_error const& e) {
-    PyErr_SetString(no_device_type, e.what());
-  } catch (asyncmr::unsupported_error const& e) {
-    PyErr_SetString(unsupported_type, e.what());
-  } catch (asyncmr::pool_closed_error const& e) {
-    PyErr_SetString(closed_type, e.what());
-  } catch (asyncmr::cuda_error const& e) {
-    PyErr_SetString(cuda_error_type, e.what());
-  } catch (std::bad_alloc const& e) {  // rmm::out_of_memory and rmm::bad_alloc too
-    PyErr_SetString(PyExc_MemoryError, e.what());
-  } catch (std::invalid_argument const& e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-  } catch (std::out_of_range const& e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-  } catch (std::exception const& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  } catch (...) {
-    PyErr_SetString(PyExc_RuntimeError, "asyncmr: unknown C++ exception");
-  }
-}
 
 // ---- waits on the device release the GIL ----------------------------------------------------
 
