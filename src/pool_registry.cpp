@@ -12,7 +12,7 @@
 //   trimmed, and destroyed once nothing is allocated from them, nothing stays reserved after a
 //   trim (no queued free) and no allocation is in flight: at the next close or create, and by a
 //   background sweeper that looks at them while any are parked, so a pool goes as soon as it
-//   is idle (a managed pool: once it has been idle for a moment, `managed_grace`);
+//   is idle;
 // - the stand-in default host pools of a CUDA 12 build on a 12.x driver, never destroyed.
 
 #include "detail/pool_state.hpp"
@@ -35,22 +35,10 @@
 namespace asyncmr::detail {
 namespace {
 
-// How long a managed pool must have held nothing before it is destroyed. The 580 driver crashes
-// (SIGSEGV inside cuMemPoolDestroy, and prefetches of other managed memory refused with
-// cudaErrorUnknown before it) when a managed pool whose memory was prefetched on a stream is
-// destroyed as soon as it holds nothing, where the stream was destroyed with that work queued:
-// its frees are seen done while the driver still tears the stream down. Destroyed a moment
-// later it never crashed (ci/probes/retire_facts.cu "thread" against its single-thread rounds;
-// docs/DRIVER_FACTS.md). Device and pinned pools go at once.
-constexpr std::chrono::milliseconds managed_grace{100};
-
 struct parked_pool {
   cudaMemPool_t handle;
   std::weak_ptr<pool_state> state;  // expired: nothing can be in flight any more
   import_count imports;             // an imported pool's live imports, which outlive its state
-  bool managed{false};
-  // When a managed pool was first seen holding nothing (the epoch: not yet, or not since).
-  std::chrono::steady_clock::time_point idle_since{};
 };
 
 struct owned_pools {
@@ -92,22 +80,10 @@ bool holds_nothing(cudaMemPool_t h) noexcept
   return reserved && *reserved == 0;
 }
 
-// Whether a parked pool may be destroyed now: it holds nothing, and a managed pool has held
-// nothing since a look at least `managed_grace` ago.
-bool parked_idle(parked_pool& p) noexcept
+bool parked_idle(parked_pool const& p) noexcept
 {
   auto const state = p.state.lock();
-  if (!idle(p.handle, state.get(), p.imports.get())) {
-    p.idle_since = {};
-    return false;
-  }
-  if (!p.managed) { return true; }
-  auto const now = std::chrono::steady_clock::now();
-  if (p.idle_since == std::chrono::steady_clock::time_point{}) {
-    p.idle_since = now;
-    return false;
-  }
-  return now - p.idle_since >= managed_grace;
+  return idle(p.handle, state.get(), p.imports.get());
 }
 
 }  // namespace
@@ -138,7 +114,7 @@ bool parked(owned_pools const& pools, cudaMemPool_t handle) noexcept
 // Destroys the parked pools that have become empty. Caller holds the registry mutex.
 void sweep_parked(owned_pools& pools) noexcept
 {
-  std::erase_if(pools.parked, [](parked_pool& p) {
+  std::erase_if(pools.parked, [](parked_pool const& p) {
     if (!parked_idle(p)) { return false; }
     destroy(p.handle);
     return true;
@@ -296,14 +272,11 @@ void retire(cudaMemPool_t handle,
   // in_flight is read after the handle was cleared (sequentially consistent on both sides): an
   // allocation that read the handle before that is counted here; one that reads it after sees
   // nullptr and is refused.
-  bool const managed = state != nullptr && state->type == allocation_type::managed;
-  parked_pool entry{handle, state, std::move(imports), managed};
-  if (!managed && parked_idle(entry)) {
+  parked_pool entry{handle, state, std::move(imports)};
+  if (parked_idle(entry)) {
     destroy(handle);
   } else {
-    // A managed pool is always parked: the sweeper destroys it once it has held nothing for a
-    // while (managed_grace), trimming it at each look.
-    if (!managed) { clear_own_error(cudaMemPoolTrimTo(handle, 0)); }  // give back what is idle
+    clear_own_error(cudaMemPoolTrimTo(handle, 0));  // give back what is not in use now
     try {
       pools.parked.push_back(std::move(entry));  // room reserved at registration (owned pools)
     } catch (...) {  // NOLINT(bugprone-empty-catch): no memory to remember it: it is never

@@ -1,7 +1,7 @@
 // Whether driver calls on one thread race a managed pool's create and destroy on another
 // (ci/gpu.sh probe, PROBES=race). Each pool here has held nothing since its stream was
-// synchronized: the hazard ci/probes/retire_facts.cu "thread" shows (a pool destroyed while a
-// destroyed stream's work on it is being finished) is kept out, so a crash here is the pair's.
+// synchronized, and no stream is destroyed with work queued: the hazard
+// ci/probes/retire_facts.cu "thread" shows is kept out, so a crash here is the pair's.
 //
 //   race_facts OP POOLS SECONDS
 //     OP     what the main thread repeats, on its own memory and stream:

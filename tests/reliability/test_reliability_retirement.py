@@ -128,14 +128,9 @@ def test_closing_a_pool_gives_back_what_its_cache_holds(cp, kind):
         mr.deallocate(b, MiB, s)
     assert mr.cache_info["blocks"] == 33, mr.cache_info
     pool.close()
+    # Destroyed at close: nothing of it stays parked behind the cached blocks.
+    assert _parked_pools() == before, "the closed pool stays parked behind its cached blocks"
     assert mr.cache_info["blocks"] == 0, mr.cache_info
-    if kind == "managed":
-        # Always parked, and destroyed once it has held nothing for a moment
-        # (src/pool_registry.cpp, managed_grace): not kept behind its cached blocks.
-        assert _settle_parked() == before, "the closed pool stays parked behind its cached blocks"
-    else:
-        # Destroyed at close: nothing of it stays parked behind the cached blocks.
-        assert _parked_pools() == before, "the closed pool stays parked behind its cached blocks"
     s.synchronize()
 
 
