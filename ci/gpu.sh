@@ -513,6 +513,17 @@ if has probe; then
     for kind in device managed; do
       timeout 30 /tmp/retire_facts $kind none 1 settle 2>&1 | tee -a "$log"
     done
+    # Which of the second thread's calls the managed pools' crash needs: its trims, or a
+    # destroy right after the pool first holds nothing. Each three times: it does not crash
+    # every run.
+    for words in "" "no-trim" "delay=100" "no-trim delay=100"; do
+      for run_index in 1 2 3; do
+        # shellcheck disable=SC2086
+        timeout 60 /tmp/retire_facts managed device 100 thread fresh-only max-threshold \
+          pool-first $words 2>&1 | tail -1 | tee -a "$log"
+        say "probe-retire managed device thread pool-first $words (run $run_index): exit ${PIPESTATUS[0]}"
+      done
+    done
   fi
   if probe_wanted race && run probe-race-build nvcc -O2 -std=c++17 -o /tmp/race_facts \
        ci/probes/race_facts.cu; then

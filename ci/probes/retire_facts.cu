@@ -15,7 +15,12 @@
 //                    so that its prefetches and frees are still queued when the pool is checked
 //                    (the first round prints the counters it read)
 //     thread         destroy pools on a second thread, while the main thread goes on to the
-//                    next round (as asyncmr's sweeper does)
+//                    next round (as asyncmr's sweeper does): it looks every millisecond, trims
+//                    each pool to 0 and destroys it once it holds nothing
+//     no-trim        (with thread) the pool's release threshold set to 0 when it is handed
+//                    over, and the second thread never trims: it waits for the driver to give
+//                    the memory back itself
+//     delay=N        (with thread) destroy a pool N ms after it was first seen holding nothing
 //     settle         one round on the long-lived stream only: the counters after a trim to 0,
 //                    200 ms after the work was queued (long done), then after the stream is
 //                    synchronized: whether the driver sees a free ran before a synchronization
@@ -29,6 +34,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <unistd.h>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -65,23 +71,38 @@ struct destroyer {
   std::condition_variable cv;
   std::deque<cudaMemPool_t> queue;
   bool done = false;
+  bool trim = true;  // "no-trim": wait for the driver to release the memory itself
+  int delay_ms = 0;  // "delay=N": destroy N ms after the pool was first seen holding nothing
   int destroyed = 0;
+  bool idle(cudaMemPool_t k)
+  {
+    if (trim) { return holds_nothing(k, false); }
+    return attr(k, cudaMemPoolAttrUsedMemCurrent) == 0 &&
+           attr(k, cudaMemPoolAttrReservedMemCurrent) == 0;
+  }
   void run()
   {
-    std::vector<cudaMemPool_t> waiting;
+    using clock = std::chrono::steady_clock;
+    std::vector<std::pair<cudaMemPool_t, clock::time_point>> waiting;
     std::unique_lock<std::mutex> lock{m};
     while (!done || !queue.empty() || !waiting.empty()) {
-      while (!queue.empty()) { waiting.push_back(queue.front()); queue.pop_front(); }
+      while (!queue.empty()) { waiting.emplace_back(queue.front(), clock::time_point{}); queue.pop_front(); }
       lock.unlock();
-      std::vector<cudaMemPool_t> still;
-      for (cudaMemPool_t k : waiting) {
-        if (holds_nothing(k, false)) {
-          cudaError_t e = cudaMemPoolDestroy(k);
-          if (e != cudaSuccess) { printf("thread: destroy %s\n", cudaGetErrorName(e)); }
-          ++destroyed;
-        } else {
-          still.push_back(k);
+      std::vector<std::pair<cudaMemPool_t, clock::time_point>> still;
+      for (auto [k, since] : waiting) {
+        if (!idle(k)) {
+          still.emplace_back(k, clock::time_point{});
+          continue;
         }
+        auto const now = clock::now();
+        if (since == clock::time_point{}) { since = now; }
+        if (now - since < std::chrono::milliseconds{delay_ms}) {
+          still.emplace_back(k, since);
+          continue;
+        }
+        cudaError_t e = cudaMemPoolDestroy(k);
+        if (e != cudaSuccess) { printf("thread: destroy %s\n", cudaGetErrorName(e)); }
+        ++destroyed;
       }
       waiting.swap(still);
       usleep(1000);
@@ -99,7 +120,8 @@ int main(int argc, char** argv)
   const char* place = argv[2];
   int rounds        = atoi(argv[3]);
   bool sync = false, pool_first = false, max_threshold = false, fresh_only = false, hold = false,
-       threaded = false, settle = false;
+       threaded = false, settle = false, no_trim = false;
+  int delay_ms = 0;
   std::string words;
   for (int i = 4; i < argc; ++i) {
     std::string w = argv[i];
@@ -109,6 +131,8 @@ int main(int argc, char** argv)
     else if (w == "fresh-only") { fresh_only = true; }
     else if (w == "hold") { hold = true; }
     else if (w == "thread") { threaded = true; }
+    else if (w == "no-trim") { no_trim = true; }
+    else if (w.rfind("delay=", 0) == 0) { delay_ms = atoi(w.c_str() + 6); }
     else if (w == "settle") { settle = true; }
     else if (w == "nosync" || w == "stream-first") { continue; }
     else { fprintf(stderr, "unknown word %s\n", argv[i]); return 2; }
@@ -121,6 +145,8 @@ int main(int argc, char** argv)
   cudaStream_t long_lived;
   cudaStreamCreateWithFlags(&long_lived, cudaStreamNonBlocking);
   destroyer d;
+  d.trim     = !no_trim;
+  d.delay_ms = delay_ms;
   std::thread worker;
   if (threaded) { worker = std::thread{[&] { d.run(); }}; }
   size_t sizes[] = {4096, 64 << 10, (1 << 20) + 512};
@@ -191,6 +217,10 @@ int main(int argc, char** argv)
     if (sync) { cudaDeviceSynchronize(); }
     if (threaded) {
       if (r == 0 && hold) { holds_nothing(pool, true); }
+      if (no_trim) {  // the driver gives back what its frees release at its synchronizations
+        unsigned long long none = 0;
+        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &none);
+      }
       std::lock_guard<std::mutex> lock{d.m};
       d.queue.push_back(pool);
       d.cv.notify_one();
