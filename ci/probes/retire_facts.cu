@@ -53,6 +53,17 @@ static unsigned long long attr(cudaMemPool_t p, cudaMemPoolAttr a)
   return v;
 }
 
+// A pool of KIND: device memory, pinned host memory, or managed memory located on device 0.
+static cudaMemPoolProps pool_props(const char* kind)
+{
+  cudaMemPoolProps props{};
+  props.allocType = strcmp(kind, "managed") == 0 ? cudaMemAllocationTypeManaged
+                                                 : cudaMemAllocationTypePinned;
+  props.location  = strcmp(kind, "pinned") == 0 ? cudaMemLocation{cudaMemLocationTypeHost, 0}
+                                                : cudaMemLocation{cudaMemLocationTypeDevice, 0};
+  return props;
+}
+
 static void CUDART_CB hold_stream(void*) { usleep(20 * 1000); }
 
 // asyncmr's check: used 0, and reserved 0 after a trim to 0.
@@ -151,11 +162,7 @@ int main(int argc, char** argv)
   if (threaded) { worker = std::thread{[&] { d.run(); }}; }
   size_t sizes[] = {4096, 64 << 10, (1 << 20) + 512};
   if (settle) {
-    cudaMemPoolProps props{};
-    props.allocType = strcmp(kind, "managed") == 0 ? cudaMemAllocationTypeManaged
-                                                   : cudaMemAllocationTypePinned;
-    props.location  = strcmp(kind, "pinned") == 0 ? cudaMemLocation{cudaMemLocationTypeHost, 0}
-                                                  : cudaMemLocation{cudaMemLocationTypeDevice, 0};
+    cudaMemPoolProps const props = pool_props(kind);
     cudaMemPool_t pool;
     if (cudaMemPoolCreate(&pool, &props) != cudaSuccess) { printf("create refused\n"); return 1; }
     for (size_t n : sizes) {
@@ -175,11 +182,7 @@ int main(int argc, char** argv)
   int destroyed = 0, refused_prefetches = 0;
   cudaError_t e = cudaSuccess;
   for (int r = 0; r < rounds; ++r) {
-    cudaMemPoolProps props{};
-    props.allocType = strcmp(kind, "managed") == 0 ? cudaMemAllocationTypeManaged
-                                                   : cudaMemAllocationTypePinned;
-    props.location  = strcmp(kind, "pinned") == 0 ? cudaMemLocation{cudaMemLocationTypeHost, 0}
-                                                  : cudaMemLocation{cudaMemLocationTypeDevice, 0};
+    cudaMemPoolProps const props = pool_props(kind);
     cudaMemPool_t pool;
     e = cudaMemPoolCreate(&pool, &props);
     if (e != cudaSuccess) { printf("round %d: create %s\n", r, cudaGetErrorName(e)); return 1; }

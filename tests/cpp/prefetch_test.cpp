@@ -222,8 +222,8 @@ TEST_F(PrefetchTest, PoolMemoryTakesNoAdviceAndCudaMallocManagedMemoryTakesAll)
 
 // Managed pools used on a stream made for them, dropped before it, so that each is parked behind
 // its queued frees and the sweeper trims and destroys it on its own thread, while the main thread
-// prefetches the next pool's memory. The driver crashes when those calls meet (SIGSEGV in
-// cuMemPoolDestroy; the prefetch refused with cudaErrorUnknown): asyncmr never lets them.
+// prefetches the next pool's memory. The driver can crash there (SIGSEGV in cuMemPoolDestroy)
+// and refuse later prefetches with cudaErrorUnknown (docs/DRIVER_FACTS.md).
 TEST_F(PrefetchTest, ManagedPoolsRetireWhileTheirNeighboursArePrefetched)
 {
   pool_properties props;

@@ -80,9 +80,8 @@ def run(rounds: int, *, kinds=KINDS, adopt: bool = False, seed: int = 0,
                             asyncmr.prefetch((p, size), rng.choice(("device", "host")), stream)
                             counts["prefetches"] += 1
                         except asyncmr.CUDAError:
-                            # cudaErrorUnknown: the driver's answer to a prefetch made while a
-                            # managed pool is created, trimmed or destroyed on another thread
-                            # (the sweeper's), which asyncmr never lets happen: counted, and a
+                            # cudaErrorUnknown: the refusal that comes before the managed
+                            # pools' retirement crash (docs/DRIVER_FACTS.md): counted, and a
                             # failure at the end.
                             counts["prefetches refused"] += 1
                     mr.deallocate(p, size, stream)

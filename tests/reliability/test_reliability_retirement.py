@@ -76,9 +76,11 @@ print("prefetches refused:", refused)
 
 @pytest.mark.parametrize("run_index", range(3))
 def test_managed_pools_retire_while_the_main_thread_prefetches(cp, run_index):
-    """The sweeper destroys parked managed pools on its own thread; a prefetch on another
-    thread at the same time crashed the driver (SIGSEGV in cuMemPoolDestroy) or was refused
-    with cudaErrorUnknown. Three fresh interpreters: the race needs no more to show."""
+    """The sweeper trims and destroys parked managed pools on its own thread, after the
+    streams that prefetched their memory were destroyed with that work queued; the driver can
+    crash there (SIGSEGV in cuMemPoolDestroy) and refuse later prefetches with
+    cudaErrorUnknown (docs/DRIVER_FACTS.md). Three fresh interpreters, as it does not show in
+    every run."""
     run = subprocess.run([sys.executable, "-X", "faulthandler", "-c", _PREFETCH_WHILE_RETIRING,
                           str(ROUNDS)], capture_output=True, text=True, timeout=300)
     _CHILD_EXITS[f"prefetching {run_index}"] = run.returncode

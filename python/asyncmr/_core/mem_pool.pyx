@@ -145,7 +145,7 @@ cdef class MemPool:
         of a pool that may be gone. Refused by type, before any driver call: cuda.bindings
         streams, events and other handles (TypeError), a closed MemPool or cuda.core resource
         (:class:`PoolClosedError`). An int is judged by what the driver says of it now (see the
-        README's Known limits).
+        user guide's "Foreign pool handles").
         """
         if not isinstance(owned, bool):  # bool("no") is True: the wrong pool would be destroyed
             raise TypeError(f"owned must be a bool, got {_validate.type_name(owned)}")

@@ -443,7 +443,7 @@ cdef class AsyncManagedMR(_PoolResource):
     cache : int, optional
         Byte cap of a per-stream front cache of freed blocks (default: none). A block freed on
         a stream is handed back to the next allocation of its size class on that stream,
-        without the driver; see :attr:`cache_info` and the README's "Front cache".
+        without the driver; see :attr:`cache_info` and the user guide's "Front cache" page.
     prefetch : None | "device" | int | "host" | Location
         Where every allocation (cache hits too) is prefetched, on its own stream and in its
         order, right after it is made: the resource's device ("device"), a device ordinal, or
@@ -515,9 +515,7 @@ cdef class AsyncPinnedMR(_PoolResource):
     reserve : int
         As for :class:`AsyncManagedMR`.
     cache : int, optional
-        Byte cap of a per-stream front cache of freed blocks (default: none). A block freed on
-        a stream is handed back to the next allocation of its size class on that stream,
-        without the driver; see :attr:`cache_info` and the README's "Front cache".
+        As for :class:`AsyncManagedMR`.
     """
 
     _allocation_type = "pinned"
@@ -554,9 +552,7 @@ cdef class AsyncDeviceMR(_PoolResource):
     reserve : int
         As for :class:`AsyncManagedMR`.
     cache : int, optional
-        Byte cap of a per-stream front cache of freed blocks (default: none). A block freed on
-        a stream is handed back to the next allocation of its size class on that stream,
-        without the driver; see :attr:`cache_info` and the README's "Front cache".
+        As for :class:`AsyncManagedMR`.
     """
 
     _allocation_type = "device"
