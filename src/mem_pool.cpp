@@ -151,7 +151,9 @@ cudaMemPool_t pool_state::detach() noexcept
 pool_state::~pool_state()
 {
   // No mem_pool refers to this state any more, so no allocation can be in flight through it.
-  if (cudaMemPool_t const h = detach()) { retire(h, nullptr, live_imports); }
+  if (cudaMemPool_t const h = detach()) {
+    retire(h, nullptr, live_imports, after_retirement());
+  }
 }
 
 }  // namespace detail
@@ -187,6 +189,9 @@ mem_pool mem_pool::current_routed(asyncmr::location location, allocation_type ty
     case handle_status::parked:
       throw pool_closed_error{"asyncmr: the current pool was closed by asyncmr (it is destroyed "
                               "once its last allocation is freed); make another pool current"};
+    case handle_status::spare:
+      throw pool_closed_error{"asyncmr: the current pool was closed by asyncmr (it keeps closed "
+                              "managed pools for reuse); make another pool current"};
     case handle_status::unknown:
     case handle_status::stand_in: break;
   }
@@ -216,8 +221,12 @@ mem_pool mem_pool::create(pool_properties const& props)
   p.location    = props.location.to_cuda();
   p.maxSize     = props.max_size;
 
-  cudaMemPool_t handle = nullptr;
-  auto const status    = detail::create_pool(&handle, p, path);
+  // A spare (detail::retirement) is a pool of these properties that holds nothing; made to
+  // read as a new one, it serves instead of another driver pool.
+  cudaMemPool_t handle = props.type == allocation_type::managed ? detail::take_spare(props)
+                                                                : nullptr;
+  if (handle != nullptr) { detail::reset_spare(handle); }
+  auto const status = handle != nullptr ? cudaSuccess : detail::create_pool(&handle, p, path);
   std::string const what = std::string{to_string(props.type)} + " pool at " +
                            props.location.to_string();
   if (status == cudaErrorInvalidValue && props.export_handle_types != 0) {
@@ -236,7 +245,8 @@ mem_pool mem_pool::create(pool_properties const& props)
   state->where  = props.location;
   state->type   = props.type;
   state->props  = props;
-  // A new handle: no live state can own it (the driver reuses a value only once destroyed).
+  // A new handle or a spare: no live state can own it (the driver reuses a value only once
+  // destroyed; a spare was no live state's).
   static_cast<void>(detail::register_owned(state));
   mem_pool pool{std::move(state)};  // destroys the driver pool if the threshold call throws
   pool.set<pool_attribute::release_threshold>(
@@ -267,6 +277,10 @@ mem_pool mem_pool::from_handle(cudaMemPool_t handle,
       throw std::invalid_argument{
         "asyncmr: this pool was closed by asyncmr and is destroyed once its last allocation is "
         "freed; it cannot be adopted"};
+    case detail::handle_status::spare:
+      throw std::invalid_argument{
+        "asyncmr: this pool was closed by asyncmr, which keeps closed managed pools to serve "
+        "later pools of the same kind; it cannot be adopted"};
     case detail::handle_status::unknown:
     case detail::handle_status::stand_in: break;
   }
@@ -568,7 +582,7 @@ void mem_pool::close()
     // Frees bypass the caches from now on (the handle is cleared); what they hold goes back now,
     // so that the pool is destroyed here rather than parked behind cached blocks.
     detail::run_pool_closing_hook(h);
-    detail::retire(h, state_, state_->live_imports);
+    detail::retire(h, state_, state_->live_imports, state_->after_retirement());
   }
 }
 

@@ -13,6 +13,8 @@
 //   trim (no queued free) and no allocation is in flight: at the next close or create, and by a
 //   background sweeper that looks at them while any are parked, so a pool goes as soon as it
 //   is idle;
+// - spares: managed pools that are idle, kept instead of destroyed, and handed to the next
+//   create of the same properties (`retirement`, in detail/pool_state.hpp, says why);
 // - the stand-in default host pools of a CUDA 12 build on a 12.x driver, never destroyed.
 
 #include "detail/pool_state.hpp"
@@ -39,12 +41,31 @@ struct parked_pool {
   cudaMemPool_t handle;
   std::weak_ptr<pool_state> state;  // expired: nothing can be in flight any more
   import_count imports;             // an imported pool's live imports, which outlive its state
+  retirement after;                 // destroyed, or kept as a spare, once idle
 };
+
+struct spare_pool {
+  cudaMemPool_t handle;
+  std::optional<pool_properties> reuse_as;  // nullopt: kept, never reused (adopted)
+  std::chrono::steady_clock::time_point kept_at;
+};
+
+// A spare serves a create once it has been kept this long: the driver can still be tearing
+// down a destroyed stream's prefetch of its memory when the pool first holds nothing (the
+// hazard `retirement` avoids), and the probe's destroys that waited this long never met it
+// (ci/probes/retire_facts.cu, delay=100). A reused pool can still report a mixed
+// last-prefetch location (open: docs/DRIVER_FACTS.md).
+constexpr std::chrono::milliseconds spare_settle{100};
+// At most this many unsettled spares of one kind: a create beyond it waits for the oldest to
+// settle, so that fast churn keeps a bounded number of managed pools alive (some hundreds of
+// live managed pools end the process: docs/DRIVER_FACTS.md).
+constexpr std::size_t spare_limit = 64;
 
 struct owned_pools {
   std::mutex mutex;
   std::unordered_map<cudaMemPool_t, std::weak_ptr<pool_state>> live;
   std::vector<parked_pool> parked;
+  std::vector<spare_pool> spares;
   std::map<std::pair<int, int>, cudaMemPool_t> stand_ins;  // (location kind, id) for host pools
 };
 
@@ -111,14 +132,33 @@ bool parked(owned_pools const& pools, cudaMemPool_t handle) noexcept
                      [&](parked_pool const& p) { return p.handle == handle; });
 }
 
-// Destroys the parked pools that have become empty. Caller holds the registry mutex.
+// Destroys an idle pool, or keeps it as a spare. Caller holds the registry mutex.
+void end(owned_pools& pools, cudaMemPool_t handle, retirement const& after) noexcept
+{
+  if (!after.keep) {
+    destroy(handle);
+    return;
+  }
+  try {
+    pools.spares.push_back({handle, after.reuse_as, std::chrono::steady_clock::now()});
+  } catch (...) {  // NOLINT(bugprone-empty-catch): no memory to remember it: kept all the same
+  }
+}
+
+// Ends the parked pools that have become empty. Caller holds the registry mutex.
 void sweep_parked(owned_pools& pools) noexcept
 {
-  std::erase_if(pools.parked, [](parked_pool const& p) {
+  std::erase_if(pools.parked, [&](parked_pool const& p) {
     if (!parked_idle(p)) { return false; }
-    destroy(p.handle);
+    end(pools, p.handle, p.after);
     return true;
   });
+}
+
+bool same_pool_kind(pool_properties const& a, pool_properties const& b) noexcept
+{
+  return a.type == b.type && a.location == b.location && a.max_size == b.max_size &&
+         a.export_handle_types == b.export_handle_types;
 }
 
 // ---- the sweeper: destroys parked pools once idle, whatever else the process does ----------
@@ -229,8 +269,10 @@ std::shared_ptr<pool_state> register_owned(std::shared_ptr<pool_state> const& st
     throw pool_closed_error{"asyncmr: this pool was closed by asyncmr and is destroyed once its "
                             "last allocation is freed; it cannot be adopted"};
   }
-  // Room to park every live pool, so that retire (noexcept) never allocates.
+  // Room to park, or keep as a spare, every live pool, so that retire (noexcept) never
+  // allocates.
   pools.parked.reserve(pools.parked.size() + pools.live.size() + 1);
+  pools.spares.reserve(pools.spares.size() + pools.parked.size() + pools.live.size() + 1);
   pools.live.emplace(h, state);
   return nullptr;
 }
@@ -248,6 +290,10 @@ handle_lookup lookup(cudaMemPool_t handle)
   if (parked(pools, handle)) {
     return {handle_status::parked, nullptr};
   }
+  if (std::any_of(pools.spares.begin(), pools.spares.end(),
+                  [&](spare_pool const& p) { return p.handle == handle; })) {
+    return {handle_status::spare, nullptr};
+  }
   if (std::any_of(pools.stand_ins.begin(), pools.stand_ins.end(),
                   [&](auto const& entry) { return entry.second == handle; })) {
     return {handle_status::stand_in, nullptr};
@@ -263,7 +309,8 @@ std::unique_lock<std::recursive_mutex> routing_lock()
 
 void retire(cudaMemPool_t handle,
             std::shared_ptr<pool_state> const& state,
-            import_count imports) noexcept
+            import_count imports,
+            retirement after) noexcept
 {
   auto& pools = registry();
   std::lock_guard<std::mutex> lock{pools.mutex};
@@ -272,9 +319,9 @@ void retire(cudaMemPool_t handle,
   // in_flight is read after the handle was cleared (sequentially consistent on both sides): an
   // allocation that read the handle before that is counted here; one that reads it after sees
   // nullptr and is refused.
-  parked_pool entry{handle, state, std::move(imports)};
+  parked_pool entry{handle, state, std::move(imports), std::move(after)};
   if (parked_idle(entry)) {
-    destroy(handle);
+    end(pools, handle, entry.after);
   } else {
     clear_own_error(cudaMemPoolTrimTo(handle, 0));  // give back what is not in use now
     try {
@@ -284,6 +331,63 @@ void retire(cudaMemPool_t handle,
   }
   sweep_parked(pools);
   if (!pools.parked.empty()) { wake_sweeper(); }
+}
+
+cudaMemPool_t take_spare(pool_properties const& props) noexcept
+{
+  auto& pools = registry();
+  for (;;) {
+    std::chrono::steady_clock::duration wait{};
+    {
+      std::lock_guard<std::mutex> lock{pools.mutex};
+      auto const now = std::chrono::steady_clock::now();
+      // The newest settled spare of this kind (spares are kept in the order they came).
+      std::size_t same_kind = 0;
+      auto oldest           = now;
+      for (auto it = pools.spares.rbegin(); it != pools.spares.rend(); ++it) {
+        if (!it->reuse_as || !same_pool_kind(*it->reuse_as, props)) { continue; }
+        if (now - it->kept_at >= spare_settle) {
+          cudaMemPool_t const handle = it->handle;
+          pools.spares.erase(std::next(it).base());
+          return handle;
+        }
+        ++same_kind;
+        oldest = it->kept_at;
+      }
+      if (same_kind < spare_limit) { return nullptr; }
+      wait = spare_settle - (now - oldest);
+    }
+    std::this_thread::sleep_for(wait);
+  }
+}
+
+void reset_spare(cudaMemPool_t handle) noexcept
+{
+  relaxed_capture_guard guard;
+  int on = 1;
+  for (auto const attribute : {cudaMemPoolReuseFollowEventDependencies,
+                               cudaMemPoolReuseAllowOpportunistic,
+                               cudaMemPoolReuseAllowInternalDependencies}) {
+    clear_own_error(cudaMemPoolSetAttribute(handle, attribute, &on));
+  }
+  std::uint64_t zero = 0;
+  for (auto const attribute : {cudaMemPoolAttrReservedMemHigh, cudaMemPoolAttrUsedMemHigh}) {
+    clear_own_error(cudaMemPoolSetAttribute(handle, attribute, &zero));
+  }
+  int devices = 0;
+  if (auto const status = cudaGetDeviceCount(&devices); status != cudaSuccess) {
+    clear_own_error(status);
+    return;
+  }
+  for (int device = 0; device < devices; ++device) {
+    cudaMemLocation where{cudaMemLocationTypeDevice, device};
+    cudaMemAccessFlags flags = cudaMemAccessFlagsProtNone;
+    auto const status        = cudaMemPoolGetAccess(&flags, handle, &where);
+    clear_own_error(status);
+    if (status != cudaSuccess || flags == cudaMemAccessFlagsProtNone) { continue; }
+    cudaMemAccessDesc const none{where, cudaMemAccessFlagsProtNone};
+    clear_own_error(cudaMemPoolSetAccess(handle, &none, 1));
+  }
 }
 
 cudaMemPool_t stand_in_pool(location const& where, allocation_type type)
@@ -312,6 +416,13 @@ cudaMemPool_t stand_in_pool(location const& where, allocation_type type)
 }
 
 }  // namespace asyncmr::detail
+
+std::size_t asyncmr::testing::spare_pools()
+{
+  auto& pools = detail::registry();
+  std::lock_guard<std::mutex> lock{pools.mutex};
+  return pools.spares.size();
+}
 
 std::size_t asyncmr::testing::parked_pools()
 {

@@ -340,6 +340,12 @@ namespace testing {
  */
 [[nodiscard]] std::size_t parked_pools();
 /**
+ * @brief How many closed managed pools asyncmr keeps as spares: idle, never destroyed, handed
+ * to the next `mem_pool::create` of the same properties. For tests that dropping and creating
+ * managed pools does not make one driver pool per pool ever created.
+ */
+[[nodiscard]] std::size_t spare_pools();
+/**
  * @brief Calls `hook` on the calling thread each time asyncmr holds a pool's handle for a driver
  * call (an attribute, a trim, access, an allocation), before the call; nullptr removes it. For
  * tests that close a pool in that window. Not for production: it runs inside every such call.

@@ -49,7 +49,32 @@ struct pool_state {
    * Callers other than the destructor hold `close_mutex`.
    */
   [[nodiscard]] cudaMemPool_t detach() noexcept;
+
+  /// What `retire` does with this pool once it holds nothing.
+  [[nodiscard]] struct retirement after_retirement() const noexcept;
 };
+
+/**
+ * What becomes of a retired pool once it holds nothing. A device or pinned pool is destroyed. A
+ * managed pool (or an adopted one of unknown type) is kept, never destroyed: the driver can say
+ * a managed pool holds nothing while a prefetch of its memory, queued on a stream destroyed
+ * before it ran, is still being torn down, and destroying the pool then breaks the driver
+ * (later prefetches fail with cudaErrorUnknown, then cuMemPoolDestroy crashes; no stream or
+ * synchronization tells when it is safe: docs/DRIVER_FACTS.md). A kept pool that asyncmr
+ * created (`reuse_as`) is a spare: a later `mem_pool::create` of the same properties takes it
+ * instead of a new one, so creating and dropping managed pools keeps a bounded number alive,
+ * not one per pool ever made (src/pool_registry.cpp: when a spare serves).
+ */
+struct retirement {
+  bool keep{false};
+  std::optional<pool_properties> reuse_as{};
+};
+
+inline retirement pool_state::after_retirement() const noexcept
+{
+  if (type.value_or(allocation_type::managed) != allocation_type::managed) { return {}; }
+  return {true, props};
+}
 
 /// The test hook `pool_use` calls once it holds a handle (`testing::set_pool_use_hook`).
 extern std::atomic<void (*)() noexcept> testing_pool_use_hook;
@@ -89,6 +114,7 @@ enum class handle_status {
   owned,     ///< a live owned pool (`state` is its state)
   closing,   ///< an owned pool whose last owner is being destroyed: about to be retired
   parked,    ///< closed by asyncmr, destroyed once idle
+  spare,     ///< closed by asyncmr, kept for a later create (`retirement`)
   stand_in,  ///< asyncmr's process-wide default host pool of a CUDA 12 build
 };
 
@@ -128,13 +154,26 @@ void run_pool_closing_hook(cudaMemPool_t handle) noexcept;
 /**
  * Destroys `handle` (closed by `state`) now if it is `idle`, else trims and parks it; then
  * destroys every parked pool that became idle. A pool left parked is destroyed by a background
- * sweeper as soon as it is idle, whatever else the process does.
+ * sweeper as soon as it is idle, whatever else the process does. A pool that `after` keeps is
+ * kept as a spare instead of destroyed.
  * `state` may be null when the state is being destroyed (nothing can then be in flight);
  * `imports` is the pool's `live_imports` (null unless imported).
  */
 void retire(cudaMemPool_t handle,
             std::shared_ptr<pool_state> const& state,
-            import_count imports) noexcept;
+            import_count imports,
+            retirement after) noexcept;
+
+/**
+ * A spare pool (`retirement`) created with `props` (its release threshold aside) and kept a
+ * moment, taken out of the registry for the caller to own; nullptr when there is none. Waits
+ * for the oldest spare of the kind to settle when many were kept a moment ago (fast churn).
+ */
+[[nodiscard]] cudaMemPool_t take_spare(pool_properties const& props) noexcept;
+
+/// Sets what a spare's last owner may have changed back to a new pool's values: the reuse
+/// policies on, the high watermarks reset, no device granted access.
+void reset_spare(cudaMemPool_t handle) noexcept;
 
 /**
  * The process-wide pool asyncmr creates for `type` at `where` and never destroys, standing in

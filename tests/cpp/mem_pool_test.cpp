@@ -10,7 +10,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <chrono>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -148,6 +150,61 @@ TEST_F(MemPoolTest, OwnedPoolIsDestroyedWithItsLastCopy)
   second.reset();
   EXPECT_EQ(driver_current_pool(loc, allocation_type::device), def)
     << "not destroyed, or left current";
+}
+
+// A managed pool is never destroyed (detail::retirement says why): an idle one is kept as a
+// spare and serves the next create of the same properties, so that creating and dropping
+// managed pools does not leave one driver pool per pool ever made.
+TEST_F(MemPoolTest, ADroppedManagedPoolServesTheNextCreateOfItsKind)
+{
+  pool_properties props{};
+  props.type = allocation_type::managed;
+  std::set<cudaMemPool_t> made;
+  for (int round = 0; round < 200; ++round) {
+    auto pool = mem_pool::create(props);
+    made.insert(pool.handle());
+    allocate_free_sync(pool, 64 << 10);
+  }
+  // A spare serves once it was kept a moment; fast churn makes at most 64 more before waiting.
+  EXPECT_LE(made.size(), 66U) << "dropped managed pools did not serve later ones";
+  EXPECT_LE(testing::spare_pools(), 66U);
+  EXPECT_EQ(testing::parked_pools(), 0U);
+  std::this_thread::sleep_for(std::chrono::milliseconds{150});
+  auto const again = mem_pool::create(props);
+  EXPECT_EQ(made.count(again.handle()), 1U) << "a settled spare did not serve";
+  pool_properties elsewhere = props;
+  elsewhere.location        = location::host();
+  auto const other          = mem_pool::create(elsewhere);
+  EXPECT_EQ(made.count(other.handle()), 0U) << "a spare served a pool of another location";
+}
+
+TEST_F(MemPoolTest, ASpareReadsAsANewPool)
+{
+  pool_properties props{};
+  props.type            = allocation_type::managed;
+  cudaMemPool_t handle  = nullptr;
+  {
+    auto pool = mem_pool::create(props);
+    handle    = pool.handle();
+    allocate_free_sync(pool, 4 * mib);
+    pool.set<attr::release_threshold>(12345);
+    pool.set<attr::reuse_follow_event_dependencies>(false);
+    pool.set<attr::reuse_allow_opportunistic>(false);
+    pool.set<attr::reuse_allow_internal_dependencies>(false);
+  }
+  EXPECT_THROW(static_cast<void>(mem_pool::from_handle(handle, false)), std::invalid_argument)
+    << "a spare was adopted";
+  std::this_thread::sleep_for(std::chrono::milliseconds{150});  // settled: it serves
+  props.release_threshold = 0;
+  auto const pool         = mem_pool::create(props);
+  ASSERT_EQ(pool.handle(), handle) << "the spare did not serve";
+  EXPECT_EQ(pool.get<attr::release_threshold>(), 0U);
+  EXPECT_TRUE(pool.get<attr::reuse_follow_event_dependencies>());
+  EXPECT_TRUE(pool.get<attr::reuse_allow_opportunistic>());
+  EXPECT_TRUE(pool.get<attr::reuse_allow_internal_dependencies>());
+  EXPECT_EQ(pool.get<attr::used_mem_high>(), 0U);
+  EXPECT_EQ(pool.get<attr::reserved_mem_high>(), 0U);
+  EXPECT_EQ(pool.get<attr::reserved_mem_current>(), 0U);
 }
 
 // ---- typed attributes ------------------------------------------------------------------------

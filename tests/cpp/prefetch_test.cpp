@@ -220,10 +220,10 @@ TEST_F(PrefetchTest, PoolMemoryTakesNoAdviceAndCudaMallocManagedMemoryTakesAll)
   EXPECT_EQ(cudaFree(m), cudaSuccess);
 }
 
-// Managed pools used on a stream made for them, dropped before it, so that each is parked behind
-// its queued frees and the sweeper trims and destroys it on its own thread, while the main thread
-// prefetches the next pool's memory. The driver can crash there (SIGSEGV in cuMemPoolDestroy)
-// and refuse later prefetches with cudaErrorUnknown (docs/DRIVER_FACTS.md).
+// Managed pools used on a stream made for them, dropped before it, while the main thread goes on
+// to prefetch the next pool's memory. A managed pool destroyed soon after it first holds nothing
+// there makes later prefetches fail with cudaErrorUnknown and then crashes the driver (SIGSEGV
+// in cuMemPoolDestroy): asyncmr keeps such pools instead (docs/DRIVER_FACTS.md).
 TEST_F(PrefetchTest, ManagedPoolsRetireWhileTheirNeighboursArePrefetched)
 {
   pool_properties props;

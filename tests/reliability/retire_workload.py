@@ -52,7 +52,7 @@ def run(rounds: int, *, kinds=KINDS, adopt: bool = False, seed: int = 0,
     from rmm.pylibrmm.stream import LEGACY_DEFAULT_STREAM, PER_THREAD_DEFAULT_STREAM, Stream
 
     import asyncmr
-    from asyncmr._core import _parked_pools
+    from asyncmr._core import _parked_pools, _spare_pools
 
     rng = random.Random(seed)
     held_array = held_buffer = None
@@ -105,6 +105,9 @@ def run(rounds: int, *, kinds=KINDS, adopt: bool = False, seed: int = 0,
     while _parked_pools() and time.monotonic() < deadline:
         time.sleep(0.01)
     counts["parked"] = _parked_pools()
+    # Managed pools are kept, never destroyed, and serve later pools of their kind: a bounded
+    # number of driver pools, not one per round.
+    counts["spares"] = _spare_pools()
     if others:  # the other libraries' memory is intact
         assert float(held_array[-1]) == float((1 << 16) - 1)
         assert held_buffer.size == 1 << 16

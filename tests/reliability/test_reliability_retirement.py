@@ -52,8 +52,9 @@ def test_owned_pools_retire_in_a_plain_interpreter(cp, adopt):
 
 
 #: A managed pool per round, prefetched on a stream created for the round and dropped before
-#: it: each pool is parked behind its queued frees, and the sweeper thread trims and destroys
-#: it while the main thread prefetches the next pool's memory.
+#: it, so that each pool's frees and prefetches are still queued when the stream is destroyed;
+#: the next round's pool is made (which sweeps the parked ones) while the 32 MiB migration can
+#: still be under way.
 _PREFETCH_WHILE_RETIRING = """
 import sys
 import asyncmr
@@ -62,7 +63,7 @@ refused = 0
 for i in range(int(sys.argv[1])):
     mr = asyncmr.AsyncManagedMR(pool="new")
     s = Stream()
-    for n in (4096, 64 << 10, (1 << 20) + 512):
+    for n in (4096, 64 << 10, 32 << 20):
         p = mr.allocate(n, s)
         try:
             asyncmr.prefetch((p, n), ("device", "host")[i % 2], s)
@@ -76,11 +77,10 @@ print("prefetches refused:", refused)
 
 @pytest.mark.parametrize("run_index", range(3))
 def test_managed_pools_retire_while_the_main_thread_prefetches(cp, run_index):
-    """The sweeper trims and destroys parked managed pools on its own thread, after the
-    streams that prefetched their memory were destroyed with that work queued; the driver can
-    crash there (SIGSEGV in cuMemPoolDestroy) and refuse later prefetches with
-    cudaErrorUnknown (docs/DRIVER_FACTS.md). Three fresh interpreters, as it does not show in
-    every run."""
+    """Managed pools whose memory was prefetched on a stream destroyed with that work queued:
+    the driver's counters say such a pool holds nothing while the migration still runs, and
+    destroying it then made later prefetches fail with cudaErrorUnknown and crashed the driver
+    (SIGSEGV in cuMemPoolDestroy: docs/DRIVER_FACTS.md). Three fresh interpreters."""
     run = subprocess.run([sys.executable, "-X", "faulthandler", "-c", _PREFETCH_WHILE_RETIRING,
                           str(ROUNDS)], capture_output=True, text=True, timeout=300)
     _CHILD_EXITS[f"prefetching {run_index}"] = run.returncode
@@ -96,10 +96,16 @@ def test_owned_pools_of_every_kind_retire_under_rmm_and_cupy(cp):
     if crashed:
         pytest.fail(f"the workload died in a fresh interpreter ({crashed}); not run in this "
                     "process, where a crash would end the whole run", pytrace=False)
+    from asyncmr._core import _spare_pools
+    spares_before = _spare_pools()
     counts = retire_workload.run(ROUNDS, seed=1)
     h.record("retire", f"{counts['resources']} owned pools retired in process, "
              f"{counts['pairs']} pairs, {counts['closed']} closed, {counts['prefetches']} prefetches")
     assert counts["parked"] == 0, f"pools still parked at the end: {counts}"
+    # At most 64 unsettled spares of a kind (src/pool_registry.cpp); the workload's managed
+    # pools are all of one kind.
+    assert counts["spares"] - spares_before <= 66, (
+        f"closed managed pools were not reused: {counts}")
     assert counts["prefetches refused"] == 0, counts
     h.assert_context_works(AsyncDeviceMR(pool="new"))
 
@@ -130,7 +136,8 @@ def test_closing_a_pool_gives_back_what_its_cache_holds(cp, kind):
         mr.deallocate(b, MiB, s)
     assert mr.cache_info["blocks"] == 33, mr.cache_info
     pool.close()
-    # Destroyed at close: nothing of it stays parked behind the cached blocks.
+    # Nothing of it stays parked behind the cached blocks: destroyed at close (a managed one is
+    # kept as a spare instead).
     assert _parked_pools() == before, "the closed pool stays parked behind its cached blocks"
     assert mr.cache_info["blocks"] == 0, mr.cache_info
     s.synchronize()

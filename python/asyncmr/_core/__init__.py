@@ -40,6 +40,7 @@ from asyncmr._core.mem_pool import (
     MemPool,
     _location_kind_from_cuda,
     _parked_pools,
+    _spare_pools,
     attribute_table,
 )
 from asyncmr._core.placement import (

@@ -63,6 +63,7 @@ cdef extern from "asyncmr/mem_pool.hpp" namespace "asyncmr" nogil:
 
 cdef extern from "asyncmr/mem_pool.hpp" namespace "asyncmr::testing" nogil:
     size_t testing_parked_pools "asyncmr::testing::parked_pools"() except +translate_exception
+    size_t testing_spare_pools "asyncmr::testing::spare_pools"() except +translate_exception
 
 
 cdef extern from "asyncmr/pool_attributes.hpp" namespace "asyncmr" nogil:

@@ -46,6 +46,12 @@ def _parked_pools():
     return testing_parked_pools()
 
 
+def _spare_pools():
+    """Tests only: how many closed managed pools asyncmr keeps, idle, to serve later pools of
+    the same kind (it never destroys a managed pool)."""
+    return testing_spare_pools()
+
+
 cdef object _hint(name, given, known, what):
     """What ``from_handle`` tells asyncmr of a pool object's ``name`` (location or
     allocation_type): ``given`` where the caller gave it (checked first), else what the object
