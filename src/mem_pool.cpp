@@ -213,6 +213,19 @@ mem_pool mem_pool::create(pool_properties const& props)
       "asyncmr: managed pools cannot be bounded: cudaMemPoolCreate refuses a max_size for "
       "managed memory (cudaErrorInvalidValue); leave max_size at 0"};
   }
+  int const known =
+    static_cast<int>(export_handle::posix_fd) | static_cast<int>(export_handle::fabric);
+  if (props.export_handle_types < 0 || (props.export_handle_types & ~known) != 0) {
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "asyncmr: export_handle_types %#x has bits no export handle type has (%#x); "
+                  "the types are posix_fd = %d, fabric = %d",
+                  static_cast<unsigned>(props.export_handle_types),
+                  static_cast<unsigned>(props.export_handle_types & ~known),
+                  static_cast<int>(export_handle::posix_fd),
+                  static_cast<int>(export_handle::fabric));
+    throw std::invalid_argument{text};
+  }
   detail::relaxed_capture_guard guard;
   auto const path = detail::checked_path(props.location, props.type, pool_source::new_pool);
   cudaMemPoolProps p{};

@@ -95,6 +95,25 @@ TEST_F(MemPoolTest, ImpossibleLocationAndTypePairsThrowInvalidArgument)
   EXPECT_THROW(static_cast<void>(mem_pool::create(props)), std::invalid_argument);
 }
 
+TEST(MemPoolRules, ExportHandleBitsNoTypeHasAreRefusedBeforeTheDriver)
+{
+  // No GPU needed: refused before any CUDA call.
+  pool_properties props{};
+  props.location            = location::host();
+  props.type                = allocation_type::pinned;
+  props.export_handle_types = 0x7FFFFFFF;
+  try {
+    static_cast<void>(mem_pool::create(props));
+    ADD_FAILURE() << "not refused";
+  } catch (std::invalid_argument const& e) {
+    EXPECT_STREQ(e.what(),
+                 "asyncmr: export_handle_types 0x7fffffff has bits no export handle type has "
+                 "(0x7ffffff6); the types are posix_fd = 1, fabric = 8");
+  }
+  props.export_handle_types = -1;
+  EXPECT_THROW(static_cast<void>(mem_pool::create(props)), std::invalid_argument);
+}
+
 TEST_F(MemPoolTest, CloseIsIdempotentAndSeenThroughEveryCopy)
 {
   auto pool       = mem_pool::create(pool_properties{});
