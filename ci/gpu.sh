@@ -61,11 +61,12 @@
 #             cudaMemPoolSetAccess does with a pool's own device given less than read-write and
 #             a device named twice; then ci/probes/retire_facts.cu: created pools of each kind
 #             retired after stream-ordered use (prefetches, a fresh stream destroyed before or
-#             after the pool, destroyed on a second thread); then ci/probes/sync_facts.cu: what
-#             a device synchronization on one thread does to a capture on another; then
-#             ci/probes/race_facts.cu: which calls on one thread race a managed pool's create,
+#             after the pool, destroyed on a second thread); then ci/probes/reuse_facts.cu: the
+#             last-prefetch location a managed pool reports for memory it hands out again;
+#             then ci/probes/sync_facts.cu: what a device synchronization on one thread does to
+#             a capture on another; then ci/probes/race_facts.cu: which calls on one thread race a managed pool's create,
 #             trim or destroy on another. PROBES (default "pointer managed destroy marker legacy
-#             discard reserve access retire sync race") picks among them
+#             discard reserve access retire reuse sync race") picks among them
 #   before    the defect tests on the code before their fix: BEFORE_TAR (default
 #             .before/tree.tar, made here with `git archive -o .before/tree.tar <commit>`; the
 #             tree must hold the tests) is built into its own site and its soundness tests run
@@ -461,7 +462,7 @@ if has stacks; then
 fi
 
 if has probe; then
-  probes=${PROBES:-pointer managed destroy marker legacy discard reserve access retire sync race}
+  probes=${PROBES:-pointer managed destroy marker legacy discard reserve access retire reuse sync race}
   probe_wanted() { [[ " $probes " == *" $1 "* ]]; }
   if probe_wanted pointer; then
     run probe-build nvcc -O2 -std=c++17 -o /tmp/pointer_facts ci/probes/pointer_facts.cu -lcuda \
@@ -525,6 +526,10 @@ if has probe; then
         say "probe-retire managed device thread pool-first $words (run $run_index): exit ${PIPESTATUS[0]}"
       done
     done
+  fi
+  if probe_wanted reuse; then
+    run probe-reuse-build nvcc -O2 -std=c++17 -o /tmp/reuse_facts ci/probes/reuse_facts.cu \
+      && run probe-reuse timeout 60 /tmp/reuse_facts
   fi
   if probe_wanted sync; then
     run probe-sync-build nvcc -O2 -std=c++17 -o /tmp/sync_facts ci/probes/sync_facts.cu \
