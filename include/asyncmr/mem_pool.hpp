@@ -78,7 +78,8 @@ class imported_allocation;
  * away or at `close()`; a view (default, current, adopted) is never destroyed by asyncmr.
  * Outstanding allocations and queued frees keep an owned pool alive in the driver after
  * `close()`: asyncmr destroys it once nothing is allocated from it or reserved in it (see
- * `close`).
+ * `close`). A managed pool is never destroyed: once idle it is kept and serves a later `create`
+ * of the same properties (docs/ARCHITECTURE.md, "A pool's end").
  *
  * Shared pools (default and current) are process-wide: changing their attributes or access
  * affects every user of that pool in the process. Like a pointer, a const handle still changes

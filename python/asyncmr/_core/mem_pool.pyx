@@ -76,8 +76,9 @@ cdef class MemPool:
     Build one with :meth:`default`, :meth:`current`, :meth:`create` or :meth:`from_handle`.
     Owned pools (``create``, ``from_handle(owned=True)``) are destroyed at :meth:`close`, at
     the end of a ``with`` block, or when the last reference (including resources allocating
-    from it) goes away; live allocations stay valid until freed. Default and current pools
-    are shared by the whole process.
+    from it) goes away; live allocations stay valid until freed. A managed pool is kept
+    instead, idle, and serves a later :meth:`create` of the same kind. Default and current
+    pools are shared by the whole process.
     """
 
     def __init__(self, *args, **kwargs):
@@ -304,7 +305,8 @@ cdef class MemPool:
     def close(self):
         """Close an owned pool: every later use raises PoolClosedError (a view just stops being
         usable here). The driver pool is destroyed now, or, while blocks are live or their frees
-        still queued on streams, at a later close or create. Idempotent."""
+        still queued on streams, as soon as it holds nothing; a managed pool is kept for a later
+        :meth:`create` of its kind instead. Idempotent."""
         # A C++ mem_pool must not be closed while another thread uses the same object (closing
         # a view replaces its state). So a copy is closed, without the GIL (destroying a pool
         # may wait for the device), and takes this object's place with the GIL held; the methods
