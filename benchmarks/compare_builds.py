@@ -10,8 +10,8 @@ after it, alternating (before, after, before, after), on one machine. For every 
 size of section 1 (and the Python pairs of section 11, when there) the table gives the median
 of each build's medians, and after / before.
 
-The machine drifts between runs (clocks, the other tenants): on the H200 one run came out 40%
-faster than the three around it for every resource, RMM's and CuPy's as much as ours. So each
+The machine drifts between runs (clocks, the other tenants): one run can come out 40% faster
+than the three around it for every resource, RMM's and CuPy's as much as ours. So each
 row also gives after / before *against the reference*: every cell divided by the reference
 resource's cell of the same section and size in the same run, then the median of those per
 build, after over before. The reference (``--reference``, default RMM's

@@ -15,7 +15,7 @@ fetch() {
 
 # keep_newest DIR: one wheel per project in DIR, the newest. Whoever installs DIR/*.whl in one
 # pip call needs it: pip refuses two versions of one project (an older download left in DIR, or
-# an index answering twice, as tomlkit 0.15.2 beside 0.15.3 on 2026-12-03).
+# an index answering twice, such as two patch releases of one project).
 keep_newest() {
   python3 - "$1" <<'PRUNE'
 import pathlib, sys

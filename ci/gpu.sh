@@ -17,11 +17,10 @@
 #             (demo-history.json, demo-timeline.png: the README's timeline picture)
 #   bench     the benchmark into OUTDIR/bench (quick unless BENCH_ARGS is set; needs cpp)
 #   memcheck  compute-sanitizer memcheck over the Python suite (MEMCHECK_SHARD=K/N: the K-th of N
-#             shares of its test files, for hosts that limit one command's time: on the H200 the
-#             second of 2 shares ran past 10 minutes, in the shadow model at 300 operations a
-#             thread, and past 7 at 60; at 20 its four threads stopped making progress while
-#             one thread ended in 2.7 s: it runs one thread of 300, its patterns over 16 KiB,
-#             then four threads of 60 with release_gil="always")
+#             shares of its test files, for hosts that limit one command's time: the second
+#             of 2 shares can run past 10 minutes; the shadow model's four threads stall
+#             under memcheck where one thread ends in seconds, so it runs one thread of 300,
+#             its patterns over 16 KiB, then four threads of 60 with release_gil="always")
 #   tsan      the C++ suite built with ThreadSanitizer (-DASYNCMR_SANITIZE=thread) and run
 #   sanitizer memcheck and tsan
 #   cu12      asyncmr-cu12 built from source into its own site (/tmp/site12, never mixed with
@@ -279,7 +278,7 @@ fi
 # ---- Python suite, demo, benchmark (CUDA 13) --------------------------------------------------
 if has pytest; then
   # A hang (its stacks are in the log after faulthandler_timeout) must not take the later
-  # stages with it: the suite takes about 4 minutes on the H200.
+  # stages with it: the suite takes a few minutes on one GPU.
   # PYTEST_PATHS (default tests): some files or node ids, for a short window of device time.
   # shellcheck disable=SC2086
   run pytest timeout -k 10 "${PYTEST_TIMEOUT:-480}" python3 -m pytest ${PYTEST_PATHS:-tests} -q -rs \
@@ -331,12 +330,12 @@ if has memcheck; then
   # with its stack and the rest go on: one slow test must not spend the share.
   per_test=()
   python3 -c 'import pytest_timeout' 2>/dev/null && per_test=(--timeout "${MEMCHECK_TEST_TIMEOUT:-300}")
-  # The cache model runs on one thread in the share: on the H200 (2026-12-02) its four threads
-  # under memcheck stopped making progress within a minute (three in CuPy kernel launches, one in
-  # a front-cache free) at 20 operations each, while one thread ended in 2.7 s. With every
-  # resource's release_gil="always" four threads of 20 ended in 1.8 s with no error: what stalls
-  # is the GIL a free holds across its driver calls ("auto"), which the sanitizer makes long. So
-  # the model's threads run under memcheck that way, after the share.
+  # The cache model runs on one thread in the share: under memcheck its four threads stop
+  # making progress within a minute (three in CuPy kernel launches, one in a front-cache free),
+  # where one thread ends in seconds. With every resource's release_gil="always" four threads
+  # end in seconds too: what stalls is the GIL a free holds across its driver calls ("auto"),
+  # which the sanitizer makes long. So the model's threads run under memcheck that way, after
+  # the share.
   mc=(compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9
       --target-processes all python3 -m pytest -q -rs -p no:cacheprovider)
   [ ${#picked[@]} -gt 0 ] && ASYNCMR_UNDER_SANITIZER=1 ASYNCMR_STRESS_OPS=300 ASYNCMR_MODEL_OPS=300 \
@@ -424,7 +423,7 @@ if has cudf && [ -n "${ASYNCMR_REQUIRE_CUDF:-}" ]; then
     fail cudf "examples/cudf_pinned needs the installed C++ package (add the consumer stage)"
   # The system compiler: libcudf's wheel runs on the system libstdc++, and a toolchain with a
   # libstdc++ of its own (the host's /opt/gcc, which CMake otherwise picks as c++) made libcudf
-  # abort in std::locale's destructor (free(): invalid pointer) on 2026-11-30.
+  # abort in std::locale's destructor (free(): invalid pointer).
   elif run cudf-example-configure cmake -S examples/cudf_pinned -B build/cudf_pinned -G Ninja \
          -DCMAKE_CXX_COMPILER="$(command -v g++)" -DPython3_EXECUTABLE="$(command -v python3)" \
          "-DCMAKE_PREFIX_PATH=$prefix;$site/libcudf;$site/librmm;$site/rapids_logger" \

@@ -19,7 +19,7 @@
 #   STACKS_PYTHONPATH=/tmp/np bash ci/gpu.sh $OUT build consumer cudf stacks
 #
 # (ci/gpu.sh installs every wheel in /tmp/big into its site with the core wheels, in one pip
-# call.) The versions are the ones checked on the H200 (../shared/FACTS.md): the RAPIDS 26.10
+# call.) The versions are the ones checked on the GPU host (../shared/FACTS.md): the RAPIDS 26.10
 # wheels for CUDA 13, nvJitLink >= 13.3 (libcuvs asks for __nvJitLinkCreate_13_3; the host's
 # is older), cachetools (cudf imports it; the host has none).
 set -euo pipefail

@@ -306,7 +306,7 @@ def _paced_run(cold_ns: float, warm_ns_per_pair: float):
 @pytest.mark.parametrize("cold_ms", [0.002, 15.0, 200.0])
 def test_calibration_counts_warm_pairs_only(cold_ms):
     # 1 us a warm pair and 4 ms rounds: ~4000 pairs, however long the first pair took (a
-    # first pair longer than the warm-up made the count 3 on the H200).
+    # first pair longer than the whole warm-up must not set the count).
     run, calls = _paced_run(cold_ms * 1e6, 1000.0)
     n = harness.calibrate(run, lambda: None, warmup_ms=10.0, round_ms=4.0)
     assert 3500 <= n <= 4500, n
@@ -818,8 +818,8 @@ def test_compare_builds_gives_after_over_before_per_cell(tmp_path, capsys):
 
 
 def test_compare_builds_cancels_a_drift_every_resource_shares(tmp_path, capsys):
-    # The second before-run is 40% faster for everything, RMM's resource as much as ours (seen
-    # on the H200): raw, the after build looks 25% slower; against the reference, unchanged.
+    # The second before-run is 40% faster for everything, RMM's resource as much as ours (a
+    # machine's drift): raw, the after build looks 25% slower; against the reference, unchanged.
     import compare_builds
 
     ref = compare_builds.DEFAULT_REFERENCE

@@ -634,7 +634,7 @@ def test_an_allocation_gets_memory_back_whose_frees_were_queued_before_it_ran_ou
     sync()
     pool = MemPool.create(Location.device(0), "device", max_size=64 * MiB)
     # Otherwise the driver may serve the allocation from the queued frees' memory by making its
-    # stream wait for them (seen on the H200: the test then passed on the code before the fix).
+    # stream wait for them (and the test then passes on the code before the fix too).
     pool.attributes.reuse_allow_internal_dependencies = False
     mr = AsyncDeviceMR(pool=pool, cache=64 * MiB)
     a = cupy.cuda.Stream(non_blocking=True)

@@ -166,8 +166,8 @@ def test_a_pool_created_by_another_library_after_a_close_is_adopted(gpu):
             del mr, adopted
         finally:
             assert cudart.cudaMemPoolDestroy(foreign)[0] == cudart.cudaError_t.cudaSuccess
-    # The driver hands handle values out again (7 of 10 on the H200): some of these adopted
-    # pools had the address of a pool asyncmr destroyed just before, and were accepted.
+    # The driver hands handle values out again (most of these ten, typically): an adopted pool
+    # can have the address of a pool asyncmr destroyed just before, and is accepted.
     print(f"{len(adopted_handles & closed_handles)} of 10 foreign pools reused a closed handle")
 
 

@@ -857,7 +857,7 @@ def test_pytorchs_memory_viz_renders_the_snapshot():
 # ---- the README's timeline --------------------------------------------------------------------
 
 def test_the_readme_timeline_is_drawn_from_its_committed_h200_recording(tmp_path):
-    """docs/images/demo-history.json is the demo's recording from the H200: json reads it, it
+    """docs/images/demo-history.json is the demo's recording on a GPU: json reads it, it
     loads as a History, shows what the README says (four 32 MiB grows, one trim of all
     128 MiB, nothing allocated at the end), and the plot draws it."""
     pytest.importorskip("matplotlib", reason="the timeline needs matplotlib")

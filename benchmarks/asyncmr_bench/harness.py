@@ -219,9 +219,9 @@ def timed(run, n):
 def calibrate(run, sync, warmup_ms: float, round_ms: float) -> int:
     """Warm up, then the pair count that makes one round ~round_ms.
 
-    The first pair is cold (it may grow a pool: milliseconds) and never sets the count: on the
-    two-GPU H200 on 2026-11-30 a cold first pair longer than the whole warm-up made the count
-    3, and those cells read 2-5x their warm cost. The estimate is the last of the warm
+    The first pair is cold (it may grow a pool: milliseconds) and never sets the count: a cold
+    first pair longer than the whole warm-up would make the count a handful, and those cells
+    would read 2-5x their warm cost. The estimate is the last of the warm
     batches, which grow 4x at a time until the warm-up (warmup_ms, first pair excluded) is
     spent and one batch lasts at least a tenth of a round."""
     timed(run, 1)  # cold

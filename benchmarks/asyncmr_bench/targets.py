@@ -36,7 +36,7 @@ RETIRED = {
     "Managed placement: reused host-touched pool memory, no prefetch / prefetch='device' >= 10 "
     "(median of per-round ratios)":
         "the same >= 10 on prefetch='device', discard=True: a plain prefetch migrates the old "
-        "contents, bound by the host link (5.3x in the run of 2026-12-03); the table keeps it",
+        "contents, bound by the host link (about 5x); the table keeps it",
     "Managed placement: prefetch='device' within 1.1x of RMM's PrefetchResourceAdaptor stack "
     "(median of per-round ratios)":
         "the same <= 1.1, now on both ways of prefetch='device' (with and without discard=True)",

@@ -454,8 +454,8 @@ void get_id_calls(cudaStream_t stream, long calls)
 
 // Not made by a put: asking whether the stream has anything queued, the one way to skip the
 // marker soundly (a stream with nothing queued has finished every block's use), measured so
-// the choice is visible: on the H200 it cost as much as the record it would save (151 vs
-// 189 ns) and scaled worse on 8 threads (0.48x against 1.15x).
+// the choice is visible: it costs about as much as the record it would save, and scales worse
+// on 8 threads (the benchmark's results files give the figures).
 void stream_query_calls(cudaStream_t stream, long calls)
 {
   static auto* const fn = driver_fn<int (*)(cudaStream_t)>("cuStreamQuery", 2000);

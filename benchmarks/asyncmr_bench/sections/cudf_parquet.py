@@ -150,8 +150,8 @@ def run(cfg, ctx) -> dict:
                 results[name] = {"error": err_text(e)}
             gc.collect()
     if all("error" in results.get(name, {}) for name in setups):
-        # Nothing measured: the section fails (and the run exits non-zero), not a silent table
-        # of errors, as it did on the H200 on 2026-11-30 ("Unsupported dtype object").
+        # Nothing measured: the section fails (and the run exits non-zero), rather than give a
+        # table of errors (such as cuDF's "Unsupported dtype object").
         raise RuntimeError("every set-up failed: " +
                            "; ".join(f"{n}: {results[n]['error']}" for n in setups))
     for name in setups:

@@ -164,8 +164,8 @@ def run(cfg, ctx) -> dict:
         entry["used_high_bytes"] = attrs.used_mem_high
         entry["held_before_release_bytes"] = attrs.reserved_mem_current
         # CuPy keeps its last staging buffers on its watch list until its next pinned
-        # allocation looks at it (on the H200 the pool still held 32 MiB after trim_to(0)
-        # without this): a zero-byte request makes CuPy drop them, then the frees run.
+        # allocation looks at it (without this the pool can still hold 32 MiB after
+        # trim_to(0)): a zero-byte request makes CuPy drop them, then the frees run.
         scoped(lambda: cp.cuda.alloc_pinned_memory(0))
         gc.collect()
         cp.cuda.runtime.deviceSynchronize()
