@@ -63,9 +63,10 @@
 #             after the pool, destroyed on a second thread); then ci/probes/reuse_facts.cu: the
 #             last-prefetch location a managed pool reports for memory it hands out again;
 #             then ci/probes/sync_facts.cu: what a device synchronization on one thread does to
-#             a capture on another; then ci/probes/race_facts.cu: which calls on one thread race a managed pool's create,
-#             trim or destroy on another. PROBES (default "pointer managed destroy marker legacy
-#             discard reserve access retire reuse sync race") picks among them
+#             a capture on another; then ci/probes/race_facts.cu: which calls on one thread
+#             race a managed pool's create, trim or destroy on another. PROBES (default "pointer
+#             managed destroy marker legacy discard reserve access retire reuse sync race")
+#             picks among them
 #   before    the defect tests on the code before their fix: BEFORE_TAR (default
 #             .before/tree.tar, made here with `git archive -o .before/tree.tar <commit>`; the
 #             tree must hold the tests) is built into its own site and its soundness tests run
@@ -467,10 +468,16 @@ if has probe; then
     run probe-build nvcc -O2 -std=c++17 -o /tmp/pointer_facts ci/probes/pointer_facts.cu -lcuda \
       && run probe timeout 90 /tmp/pointer_facts
   fi
-  if probe_wanted managed; then
-    run probe-managed-build nvcc -O2 -std=c++17 -o /tmp/managed_facts ci/probes/managed_facts.cu \
-      && run probe-managed timeout 60 /tmp/managed_facts
-  fi
+  # run_probe NAME SECONDS [NVCC FLAGS...]: ci/probes/NAME_facts.cu built and run, when PROBES
+  # names it.
+  run_probe() {
+    local name=$1 seconds=$2 binary=/tmp/${1}_facts
+    shift 2
+    probe_wanted "$name" || return 0
+    run "probe-$name-build" nvcc -O2 -std=c++17 -o "$binary" "ci/probes/${name}_facts.cu" "$@" \
+      && run "probe-$name" timeout "$seconds" "$binary"
+  }
+  run_probe managed 60
   # The destroy step may never return (that is one answer it can give): a timeout is a fact
   # logged, not a failed stage.
   if probe_wanted destroy; then
@@ -481,26 +488,11 @@ if has probe; then
            if [ "$rc" -eq 124 ]; then say "probe-destroy: the stream never finished (timed out)"
            else say "probe-destroy: exit $rc"; fi; }
   fi
-  if probe_wanted marker; then
-    run probe-marker-build nvcc -O2 -std=c++17 -o /tmp/marker_facts ci/probes/marker_facts.cu -lcuda \
-      && run probe-marker timeout 120 /tmp/marker_facts
-  fi
-  if probe_wanted legacy; then
-    run probe-legacy-build nvcc -O2 -std=c++17 -o /tmp/legacy_facts ci/probes/legacy_facts.cu -lcuda \
-      && run probe-legacy timeout 60 /tmp/legacy_facts
-  fi
-  if probe_wanted discard; then
-    run probe-discard-build nvcc -O2 -std=c++17 -o /tmp/discard_facts ci/probes/discard_facts.cu \
-      && run probe-discard timeout 120 /tmp/discard_facts
-  fi
-  if probe_wanted reserve; then
-    run probe-reserve-build nvcc -O2 -std=c++17 -o /tmp/reserve_facts ci/probes/reserve_facts.cu \
-      && run probe-reserve timeout 120 /tmp/reserve_facts
-  fi
-  if probe_wanted access; then
-    run probe-access-build nvcc -O2 -std=c++17 -o /tmp/access_facts ci/probes/access_facts.cu \
-      && run probe-access timeout 60 /tmp/access_facts
-  fi
+  run_probe marker 120 -lcuda
+  run_probe legacy 60 -lcuda
+  run_probe discard 120
+  run_probe reserve 120
+  run_probe access 60
   # Each variant in a process of its own: a crash inside the driver is its answer, logged.
   if probe_wanted retire && run probe-retire-build nvcc -O2 -std=c++17 -o /tmp/retire_facts \
        ci/probes/retire_facts.cu; then
@@ -526,14 +518,8 @@ if has probe; then
       done
     done
   fi
-  if probe_wanted reuse; then
-    run probe-reuse-build nvcc -O2 -std=c++17 -o /tmp/reuse_facts ci/probes/reuse_facts.cu \
-      && run probe-reuse timeout 60 /tmp/reuse_facts
-  fi
-  if probe_wanted sync; then
-    run probe-sync-build nvcc -O2 -std=c++17 -o /tmp/sync_facts ci/probes/sync_facts.cu \
-      && run probe-sync timeout 60 /tmp/sync_facts
-  fi
+  run_probe reuse 60
+  run_probe sync 60
   if probe_wanted race && run probe-race-build nvcc -O2 -std=c++17 -o /tmp/race_facts \
        ci/probes/race_facts.cu; then
     for pair in "prefetch managed" "prefetch managed-unused" "prefetch managed-keep" \
