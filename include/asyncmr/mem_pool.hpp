@@ -121,7 +121,7 @@ class mem_pool {
   [[nodiscard]] cudaMemPool_t handle() const;
   /// @brief The driver handle, or nullptr after `close()`; never throws.
   [[nodiscard]] cudaMemPool_t handle_or_null() const noexcept;
-  /// @brief True if asyncmr destroys this pool.
+  /// @brief True if asyncmr ends this pool: destroys it, or keeps a managed one (class comment).
   [[nodiscard]] bool owned() const noexcept;
   /// @brief True once `close()` ran.
   [[nodiscard]] bool closed() const noexcept;

@@ -147,7 +147,8 @@ class pool_resource {
   [[nodiscard]] mem_pool const& pool() const noexcept { return pool_; }
   /// @brief The pool's driver handle.
   [[nodiscard]] cudaMemPool_t pool_handle() const { return pool_.handle(); }
-  /// @brief True if the pool is destroyed with the resource (`pool_source::new_pool`).
+  /// @brief True if the pool ends with the resource (`pool_source::new_pool`; see
+  /// `mem_pool::owned`).
   [[nodiscard]] bool owns_pool() const noexcept { return pool_.owned(); }
 
   // ---- the front cache ----------------------------------------------------------------------

@@ -79,7 +79,7 @@ print("prefetches refused:", refused)
 def test_managed_pools_retire_while_the_main_thread_prefetches(cp, run_index):
     """Managed pools whose memory was prefetched on a stream destroyed with that work queued:
     the driver's counters say such a pool holds nothing while the migration still runs, and
-    destroying it then made later prefetches fail with cudaErrorUnknown and crashed the driver
+    destroying it then makes later prefetches fail with cudaErrorUnknown and crashes the driver
     (SIGSEGV in cuMemPoolDestroy: docs/DRIVER_FACTS.md). Three fresh interpreters."""
     run = subprocess.run([sys.executable, "-X", "faulthandler", "-c", _PREFETCH_WHILE_RETIRING,
                           str(ROUNDS)], capture_output=True, text=True, timeout=300)

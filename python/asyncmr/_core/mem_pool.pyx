@@ -189,7 +189,8 @@ cdef class MemPool:
 
     @property
     def owned(self):
-        """True if asyncmr destroys this pool."""
+        """True if asyncmr ends this pool: destroys it, or keeps a managed one for a later
+        :meth:`create` (see :class:`MemPool`)."""
         return self.get().owned()
 
     @property

@@ -268,7 +268,7 @@ cdef class _PoolResource(DeviceMemoryResource):
 
     @property
     def owns_pool(self):
-        """True if the pool is destroyed with the resource (``pool="new"``)."""
+        """True if the pool ends with the resource (``pool="new"``; see :attr:`MemPool.owned`)."""
         return self.pool.owned
 
     @property
