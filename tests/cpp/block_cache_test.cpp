@@ -830,9 +830,10 @@ TEST(BlockCacheStale, TwoReclaimsInARowLeaveAStreamUsedInTheFirstsEpoch)
 {
   // Two requests made while the epoch was old ran back to back: the second parked every stream
   // not used in the microseconds-old epoch the first began, one merely waiting for a kernel
-  // among them. A reclaim in an epoch younger than the bound now parks nothing.
-  block_cache cache{1 * MiB, 0, 0, {}, 50'000'000};  // 50 ms
-  std::this_thread::sleep_for(std::chrono::milliseconds{60});
+  // among them. A reclaim in an epoch younger than the bound now parks nothing. (The bound is
+  // long enough that no pause of a busy machine between the two reclaims outlasts it.)
+  block_cache cache{1 * MiB, 0, 0, {}, 250'000'000};  // 250 ms
+  std::this_thread::sleep_for(std::chrono::milliseconds{260});
   ASSERT_TRUE(cached(cache, 2, handed(cache, 0, 64 * KiB), 64 * KiB));  // used in this epoch
   EXPECT_EQ(cache.detach_stale(), 0U) << "the first reclaim: stream 2 was used";
   EXPECT_EQ(cache.detach_stale(), 0U) << "the second, at once: the epoch is new, not idle";
