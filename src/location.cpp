@@ -86,10 +86,19 @@ cudaMemAllocationType to_cuda(allocation_type type)
   throw std::invalid_argument{"asyncmr: unknown allocation type"};
 }
 
+void check_device_ordinal(int device, char const* what)
+{
+  if (device < 0) {
+    throw std::invalid_argument{std::string{"asyncmr: "} + what + " must be in [0, 2**31), got " +
+                                std::to_string(device)};
+  }
+}
+
 void check_host_numa_node(int node, char const* what)
 {
   if (node < 0) {
-    throw std::invalid_argument{std::string{"asyncmr: "} + what + ": NUMA node must be >= 0, got " +
+    throw std::invalid_argument{std::string{"asyncmr: "} + what +
+                                ": NUMA node must be in [0, 2**31), got " +
                                 std::to_string(node)};
   }
 #if defined(__linux__)

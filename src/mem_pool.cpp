@@ -272,7 +272,9 @@ mem_pool mem_pool::from_handle(cudaMemPool_t handle,
                                std::optional<asyncmr::location> location,
                                std::optional<allocation_type> type)
 {
-  if (handle == nullptr) { throw std::invalid_argument{"asyncmr: pool handle is null (0)"}; }
+  if (handle == nullptr) {
+    throw std::invalid_argument{"asyncmr: pool handle must be a non-zero 64-bit address, got 0"};
+  }
   // A combination CUDA is known to refuse is named before the driver is looked for (as create
   // and import_fd do).
   if (location && type) { validate_combination(*location, *type, false); }

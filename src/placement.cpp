@@ -26,12 +26,13 @@
 namespace asyncmr {
 namespace detail {
 
-void check_target_kind(location to)
+void check_target_kind(location to, char const* what)
 {
   if (to.kind != location_kind::device && !to.is_host()) {
-    throw std::invalid_argument{"asyncmr: prefetch must be a device or the host, got " +
-                                to.to_string()};
+    throw std::invalid_argument{std::string{"asyncmr: "} + what +
+                                " must be a device or the host, got " + to.to_string()};
   }
+  if (to.kind == location_kind::device) { check_device_ordinal(to.id, what); }
   if (to.kind == location_kind::host_numa) {
     check_host_numa_node(to.id, ("a prefetch to " + to.to_string()).c_str());
   }
@@ -56,7 +57,7 @@ void require_placement_driver(char const* what)
 
 void check_prefetch_target(location to)
 {
-  check_target_kind(to);
+  check_target_kind(to, "prefetch");
   require_placement_driver("prefetch");
   if (to.kind == location_kind::device) { require_device(to.id); }
 }
@@ -148,7 +149,7 @@ void check_ranges(std::span<memory_range const> ranges, char const* what,
                                   std::to_string(start) + ")"};
     }
   }
-  if (to != nullptr) { detail::check_target_kind(*to); }
+  if (to != nullptr) { detail::check_target_kind(*to, "to"); }
   if (discards && !can_discard()) { needs_cuda13(what); }
   static_cast<void>(require_cuda());  // no driver: say so, not "capturing"
   detail::require_placement_driver(what);

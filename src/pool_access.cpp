@@ -29,6 +29,7 @@ void mem_pool::set_access(std::vector<int> const& devices, access_mode mode) con
   // read-write with cudaErrorInvalidDevice and takes the last of a device named twice. (A
   // managed pool's own device reads "none" until granted, and its memory serves that device
   // all the same: the driver judges those.)
+  for (int const d : devices) { detail::check_device_ordinal(d, "set_access: device"); }
   require_distinct_devices(devices, "set_access: devices");
   std::optional<asyncmr::location> const home = location();
   bool const on_a_device = home && home->kind == location_kind::device &&
@@ -64,6 +65,7 @@ void mem_pool::set_access(std::vector<int> const& devices, access_mode mode) con
 
 access_mode mem_pool::access(int device) const
 {
+  detail::check_device_ordinal(device, "access: device");
   detail::pool_use const use{*state_};
   cudaMemPool_t const h = use.handle();
   detail::relaxed_capture_guard guard;

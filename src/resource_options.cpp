@@ -87,7 +87,13 @@ void check_fields(allocation_type type, resource_options const& o, bool prefetch
   if (type == allocation_type::device && o.accessible_from) {
     refuse_field(type, "accessible_from", "device pools are accessible from their device");
   }
-  if (o.accessible_from) { require_distinct_devices(*o.accessible_from, "accessible_from"); }
+  if (o.device) { detail::check_device_ordinal(*o.device, "device"); }
+  if (o.accessible_from) {
+    for (int const d : *o.accessible_from) {
+      detail::check_device_ordinal(d, "accessible_from device");
+    }
+    require_distinct_devices(*o.accessible_from, "accessible_from");
+  }
   if (o.cache != 0 && (o.cache < block_cache::min_class_bytes || o.cache > block_cache::max_cap)) {
     throw std::invalid_argument{"asyncmr: cache must be 0 (no cache) or a cap in [256 B, 1 PiB], "
                                 "got " + std::to_string(o.cache) + " bytes"};
@@ -96,6 +102,7 @@ void check_fields(allocation_type type, resource_options const& o, bool prefetch
   if ((o.prefetch || prefetch_given) && type != allocation_type::managed) {
     refuse_field(type, "prefetch", "only managed memory migrates");
   }
+  if (o.prefetch) { detail::check_target_kind(*o.prefetch, "prefetch"); }
   if (o.discard) {
     if (type != allocation_type::managed) {
       refuse_field(type, "discard", "only managed memory migrates");

@@ -194,7 +194,7 @@ class _Theirs:
     (lambda: AsyncManagedMR(release_threshold=-1), ValueError, "release_threshold must be in"),
     (lambda: AsyncManagedMR(release_threshold=2**64), ValueError, "release_threshold"),
     (lambda: AsyncManagedMR(release_threshold="1GB"), TypeError, "release_threshold must be an int"),
-    (lambda: AsyncPinnedMR(numa_node=-1), ValueError, "numa_node must be in"),
+    (lambda: AsyncPinnedMR(numa_node=-1), ValueError, "numa_node: NUMA node must be in"),
     (lambda: AsyncPinnedMR(accessible_from="some"), ValueError, "accessible_from must be 'all'"),
     (lambda: AsyncPinnedMR(accessible_from=[0, -1]), ValueError, "accessible_from device"),
     (lambda: AsyncPinnedMR(accessible_from=3.0), TypeError, "accessible_from must be"),
@@ -265,7 +265,7 @@ class _Theirs:
     # Every argument is checked before an int pool is adopted (a driver query) ...
     (lambda: AsyncDeviceMR("x", pool=0x7F0000001000), TypeError, "device must be an int"),
     (lambda: AsyncPinnedMR(pool=0x7F0000001000, numa_node=-1), ValueError,
-     "numa_node must be in"),
+     "numa_node: NUMA node must be in"),
     (lambda: AsyncManagedMR(pool=0x7F0000001000, location="host"), TypeError,
      "location must be an asyncmr.Location"),
     # ... and before prefetch="device" asks which device is current.

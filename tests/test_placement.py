@@ -176,11 +176,9 @@ def test_a_bad_target_is_refused_before_cuda():
     for call in (lambda: asyncmr.prefetch((4096, 16), to=Location.none()),
                  lambda: asyncmr.discard_and_prefetch((4096, 16), to=Location.none()),
                  lambda: asyncmr.advise((4096, 16), "set_read_mostly", to=Location.none())):
-        with pytest.raises(ValueError, match=r"to must be a device or the host, got "
-                                             r"Location.none\(\)"):
+        with pytest.raises(ValueError, match=r"to must be a device or the host, got none$"):
             call()
-    with pytest.raises(ValueError, match=r"prefetch must be a device or the host, got "
-                                         r"Location.none\(\)"):
+    with pytest.raises(ValueError, match=r"prefetch must be a device or the host, got none$"):
         asyncmr.AsyncManagedMR(prefetch=Location.none())
 
 

@@ -105,6 +105,10 @@ namespace detail {
  * every node >= 0 passes, for the driver to judge.
  */
 void check_host_numa_node(int node, char const* what);
+/// @brief Throws `std::invalid_argument` "asyncmr: <what> must be in [0, 2**31), got <device>"
+/// for a negative device ordinal (the range an `int` ordinal has, in the words Python's callers
+/// read too). No driver call: whether the device exists is `require_device`'s.
+void check_device_ordinal(int device, char const* what);
 }  // namespace detail
 
 }  // namespace asyncmr

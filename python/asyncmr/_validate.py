@@ -65,10 +65,21 @@ def not_a_number(expected: str, value) -> None:
 
 
 def ordinal(what: str, value) -> int:
-    """A device ordinal or NUMA node: an int in [0, 2**31), never an enum member."""
+    """A :class:`Location`'s device ordinal or NUMA node: an int in [0, 2**31), never an enum
+    member. (Location is Python's own value: it is checked as it is built.)"""
+    value = c_int(what, value)
+    if value < 0:
+        raise ValueError(f"{what} must be in [0, 2**31), got {value}")
+    return value
+
+
+def c_int(what: str, value) -> int:
+    """A device ordinal or NUMA node on its way to C++: an int that fits a C int, never an enum
+    member. Only the width is Python's to judge; C++ refuses a negative one, naming ``what``
+    (``detail::check_device_ordinal``, ``check_host_numa_node``)."""
     not_a_number(f"{what} must be an int", value)
     value = as_integer(value, what)
-    if not 0 <= value < 2**31:
+    if not -(2**31) <= value < 2**31:
         raise ValueError(f"{what} must be in [0, 2**31), got {value}")
     return value
 
@@ -84,8 +95,8 @@ def size(name: str, value, *, optional: bool = True) -> int | None:
 
 
 def device(value, what: str = "device") -> int | None:
-    """A device ordinal (or NUMA node: ``what`` names it), or None for the default."""
-    return None if value is None else ordinal(what, value)
+    """A device ordinal (or NUMA node: ``what`` names it) as a C int, or None for the default."""
+    return None if value is None else c_int(what, value)
 
 
 def devices(value, what: str = "accessible_from",
@@ -94,8 +105,8 @@ def devices(value, what: str = "accessible_from",
     ordinal, or an iterable of ordinals (not bytes, whose items are ints, nor a mapping, whose
     keys are; no enum member is an ordinal).
 
-    Returns (all_devices, ordinals). A device named twice is C++'s to refuse
-    (``check_resource_options``, ``mem_pool::set_access``).
+    Returns (all_devices, ordinals as C ints). A negative device or one named twice is C++'s
+    to refuse (``check_resource_options``, ``mem_pool::set_access``).
     """
     expected = f"{what} must be 'all', a device id or a list of ids"
     if isinstance(value, str):
@@ -105,8 +116,8 @@ def devices(value, what: str = "accessible_from",
     not_a_number(expected, value)
     one = integer(value)
     if one is not None:
-        return False, [ordinal(item, one)]
-    return False, [ordinal(item, d) for d in items(value, expected)]
+        return False, [c_int(item, one)]
+    return False, [c_int(item, d) for d in items(value, expected)]
 
 
 def items(value, expected: str) -> list:
@@ -146,7 +157,8 @@ def pool(value):
 
 
 def handle(value) -> int:
-    """A ``cudaMemPool_t`` as an int: non-zero, 64-bit; from an int (NumPy's integers too) or
+    """A ``cudaMemPool_t`` as a 64-bit int (a null one is C++'s to refuse: ``from_handle``);
+    from an int (NumPy's integers too) or
     another library's pool object (see _foreign_pools). An enum member is a name, not a handle,
     even an int one (``PoolSource.new_pool`` is 2); a cuda.bindings stream or event is no pool,
     though it converts to int."""
@@ -159,7 +171,7 @@ def handle(value) -> int:
     if number is None:
         raise TypeError(f"pool handle must be an int address, a MemPool, {POOL_OBJECTS}, "
                         f"got {type_name(value)}")
-    if not 0 < number <= UINT64_MAX:
+    if not 0 <= number <= UINT64_MAX:
         raise ValueError(f"pool handle must be a non-zero 64-bit address, got {number}")
     return number
 
@@ -179,18 +191,17 @@ def location_kind(value, name: str = "") -> None:
 def target(name: str, value, *, unset: bool = False):
     """A place to move managed memory to (AsyncManagedMR's ``prefetch``, the placement calls'
     ``to``): "device", "host", a device ordinal or a :class:`Location` of a device or the host.
-    Returns "device", "host", the ordinal as an int, or the Location. ``unset``: the message
+    Returns "device", "host", the ordinal as a C int, or the Location. ``unset``: the message
     says None is accepted too (the caller takes it). TypeError for a value of another type
-    (a bool, a float or an enum member is no ordinal), ValueError for a str or ordinal that
-    names no target; both name ``name`` and the value."""
+    (a bool, a float or an enum member is no ordinal), ValueError for a str that names no
+    target; both name ``name`` and the value. A Location of another kind, or a negative
+    ordinal, is C++'s to refuse (``detail::check_target_kind``)."""
     from asyncmr._location import Location  # it imports this module
 
     expected = (f'{name} must be {"None, " if unset else ""}"device", a device ordinal, "host" '
                 "or an asyncmr.Location")
     if isinstance(value, Location):
         location_kind(value, name)
-        if not (value.kind == "device" or value.is_host):
-            raise ValueError(f"{name} must be a device or the host, got {value!r}")
         return value
     if isinstance(value, str):  # compared only as a str: a NumPy array's == is elementwise
         if value in ("device", "host"):
@@ -200,4 +211,4 @@ def target(name: str, value, *, unset: bool = False):
     one = integer(value)
     if one is None:
         raise TypeError(f"{expected}, got {reprlib.repr(value)} ({type_name(value)})")
-    return ordinal(name, one)
+    return c_int(name, one)

@@ -14,9 +14,9 @@
 
 namespace asyncmr::detail {
 
-/// Throws std::invalid_argument unless `to` is a device or the host, and a NUMA node the host
-/// has (no driver call).
-void check_target_kind(location to);
+/// Throws std::invalid_argument naming `what` (the argument: "to", "prefetch") unless `to` is a
+/// device of an ordinal >= 0 or the host, and a NUMA node the host has (no driver call).
+void check_target_kind(location to, char const* what);
 
 /// As check_target_kind, and a device must be a visible one (asks the driver), and the driver
 /// must have the placement calls (require_placement_driver).

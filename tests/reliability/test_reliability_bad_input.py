@@ -234,7 +234,7 @@ CASES = [
     C("managed-prefetch-no-such-device", lambda c: AsyncManagedMR(prefetch=4096), ValueError,
       r"4096"),
     C("managed-prefetch-nowhere", lambda c: AsyncManagedMR(prefetch=Location.none()),
-      ValueError, r"prefetch must be a device or the host, got Location.none\(\)", cpu=True),
+      ValueError, r"prefetch must be a device or the host, got none$", cpu=True),
     C("device-prefetch", lambda c: AsyncDeviceMR(prefetch="device"), TypeError,
       r"prefetch", cpu=True),
     C("managed-discard-int", lambda c: AsyncManagedMR(prefetch="device", discard=1), TypeError,
@@ -465,8 +465,10 @@ CASES = [
     C("access-out-of-range", lambda c: c.pool.access(TOO_MANY), ValueError,
       rf"device {TOO_MANY} does not exist", setup=default_pool(DEV0, "device")),
     C("set-access-negative", lambda c: c.pool.set_access(-1), ValueError,
-      r"device must be in \[0, 2\*\*31\), got -1",
+      r"set_access: device must be in \[0, 2\*\*31\), got -1",
       setup=default_pool(HOST, "pinned")),
+    C("access-negative", lambda c: c.pool.access(-1), ValueError,
+      r"access: device must be in \[0, 2\*\*31\), got -1", setup=default_pool(DEV0, "device")),
     # A NUMA node the host lacks is refused before the driver, which would say only
     # cudaErrorInvalidValue.
     C("numa-node-out-of-range", lambda c: AsyncPinnedMR(numa_node=TOO_MANY), ValueError,
