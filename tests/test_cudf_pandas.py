@@ -181,7 +181,8 @@ def test_without_cudf_install_says_what_to_install():
 
 def test_without_cudf_the_runner_says_what_to_install(gpu, capsys, tmp_path):
     # On a GPU host: without one the runner says that first (the next test). The script is
-    # there: a missing one is named before cuDF is looked for (test_cpu).
+    # there: a missing one is named before cuDF is looked for
+    # (test_a_missing_script_is_named_before_anything_is_set_up).
     if HAVE_CUDF:
         not_applicable("cuDF is installed here")
     script = tmp_path / "script.py"

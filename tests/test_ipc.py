@@ -317,3 +317,11 @@ def test_only_imported_pools_import_pointers_and_they_allocate_nothing(gpu):
     mr.deallocate(ptr, MiB)
     sync()
     pool.close()
+
+
+def test_import_pointer_takes_the_64_bytes_from_any_buffer():
+    # A strided view of the 64 bytes is as good as bytes: it passes the data check and reaches
+    # the pool (here an empty MemPool, refused by name), where memoryview's cast refused it.
+    data = np.zeros(128, np.uint8)[::2]
+    with pytest.raises(TypeError, match="MemPool.__new__ made an empty MemPool"):
+        MemPool.__new__(MemPool).import_pointer(data, 64)

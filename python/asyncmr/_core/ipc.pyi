@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Signatures of asyncmr._core.ipc, for editors and type checkers. Checked against the built
-module by ``python -m mypy.stubtest`` (ci/check_stubs.py, run by tests/test_cpu.py)."""
+module by ``python -m mypy.stubtest`` (ci/check_stubs.py, run by tests/test_project.py)."""
 
 import enum
 from typing import Any
