@@ -110,6 +110,10 @@ class _Theirs:
      "numa_node: NUMA node must be in"),
     (lambda: AsyncManagedMR(pool=0x7F0000001000, location="host"), TypeError,
      "location must be an asyncmr.Location"),
+    (lambda: AsyncManagedMR(pool=0x7F0000001000, prefetch=Location.none()), ValueError,
+     "prefetch must be a device or the host, got none$"),
+    (lambda: AsyncManagedMR(pool=0x7F0000001000, prefetch=-3), ValueError,
+     r"prefetch must be in \[0, 2\*\*31\), got -3$"),
     # ... and before prefetch="device" asks which device is current.
     (lambda: AsyncManagedMR(prefetch="device", accessible_from="bogus"), ValueError,
      "accessible_from must be 'all'"),

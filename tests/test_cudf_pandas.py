@@ -164,6 +164,9 @@ def test_install_checks_the_prefetch_value_before_it_looks_for_cudf():
     ({"cache": 5}, ValueError, r"cache must be 0 \(no cache\) or a cap in \[256 B, 1 PiB\]"),
     ({"reserve": 10, "release_threshold": 5}, ValueError,
      r"reserve \(10 bytes\) is above the pool's release threshold \(5 bytes\)"),
+    ({"prefetch": -1}, ValueError, r"prefetch must be in \[0, 2\*\*31\), got -1$"),
+    ({"prefetch": asyncmr.Location.none()}, ValueError,
+     "prefetch must be a device or the host, got none$"),
 ])
 def test_install_refuses_what_the_resource_refuses_before_it_looks_for_cudf(kwargs, exc, match):
     # AsyncManagedMR refuses each of these before any CUDA call; install() must say so wherever

@@ -78,11 +78,12 @@ cdef object _common_options(pool, release_threshold, cache, reserve,
 cdef tuple _managed_options(device, pool, location, release_threshold, accessible_from, reserve,
                             cache, prefetch, discard, resource_options* options):
     """``AsyncManagedMR``'s options into ``options``, each checked as far as it can be before any
-    CUDA call (``check_resource_options``; the prefetch target by ``_validate.target``).
+    CUDA call (``check_resource_options``, the prefetch target's kind and ordinal too).
     Returns the pool to adopt (an int handle or a MemPool, or None) and the prefetch target as
-    ``_validate.target`` took it (None: no prefetch), for the caller to resolve: "device" may
-    ask the driver for the current device. The resource and ``_check_managed_options`` both
-    come here, so what one refuses the other does."""
+    ``_validate.target`` took it (None: no prefetch), for the caller to resolve: "device" with
+    no ``device`` asks the driver for the current device, so only that target is left out of
+    the check. The resource and ``_check_managed_options`` both come here, so what one refuses
+    the other does."""
     if not isinstance(discard, bool):
         raise TypeError(f"discard must be a bool, got {_validate.type_name(discard)}")
     adopted = _common_options(pool, release_threshold, cache, reserve, options)
@@ -91,8 +92,11 @@ cdef tuple _managed_options(device, pool, location, release_threshold, accessibl
         options.location = optional[location_t](to_location(location))
     options.accessible_from = to_devices(accessible_from)
     options.discard = discard
-    check_resource_options(allocation_type_t.managed, deref(options), prefetch is not None)
     where = None if prefetch is None else _validate.target("prefetch", prefetch, unset=True)
+    if where is not None and not (isinstance(where, str) and where == "device"
+                                  and not options.device.has_value()):
+        options.prefetch = optional[location_t](target_location(where, options.device))
+    check_resource_options(allocation_type_t.managed, deref(options), prefetch is not None)
     return adopted, where
 
 
