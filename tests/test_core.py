@@ -80,13 +80,17 @@ def test_no_gpu_error_is_not_rmms_misleading_message(no_gpu):
 def test_failed_constructions_keep_the_type_alive():
     # Regression: RMM's base type is a heap type whose dealloc releases a reference to the
     # instance's type; a static subclass lost one reference per instance and the interpreter
-    # eventually freed the class and crashed.
+    # eventually freed the class and crashed. Garbage is collected before each count: a
+    # subclass an earlier test made holds references to its base until the collector frees it.
+    import gc
     import sys
 
+    gc.collect()
     before = sys.getrefcount(AsyncManagedMR)
     for _ in range(2000):
         with pytest.raises(ValueError):
             AsyncManagedMR(release_threshold=-1)
+    gc.collect()
     assert sys.getrefcount(AsyncManagedMR) == before
 
 
