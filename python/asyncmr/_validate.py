@@ -157,11 +157,10 @@ def pool(value):
 
 
 def handle(value) -> int:
-    """A ``cudaMemPool_t`` as a 64-bit int (a null one is C++'s to refuse: ``from_handle``);
-    from an int (NumPy's integers too) or
-    another library's pool object (see _foreign_pools). An enum member is a name, not a handle,
-    even an int one (``PoolSource.new_pool`` is 2); a cuda.bindings stream or event is no pool,
-    though it converts to int."""
+    """A ``cudaMemPool_t`` as a 64-bit int (a null one is C++'s to refuse: ``from_handle``),
+    from an int (NumPy's integers too) or another library's pool object (see _foreign_pools).
+    An enum member is a name, not a handle, even an int one (``PoolSource.new_pool`` is 2); a
+    cuda.bindings stream or event is no pool, though it converts to int."""
     from asyncmr._foreign_pools import POOL_OBJECTS, recognize
 
     if isinstance(value, enum.Enum):
