@@ -464,10 +464,6 @@ fi
 if has probe; then
   probes=${PROBES:-pointer managed destroy marker legacy discard reserve access retire reuse sync race}
   probe_wanted() { [[ " $probes " == *" $1 "* ]]; }
-  if probe_wanted pointer; then
-    run probe-build nvcc -O2 -std=c++17 -o /tmp/pointer_facts ci/probes/pointer_facts.cu -lcuda \
-      && run probe timeout 90 /tmp/pointer_facts
-  fi
   # run_probe NAME SECONDS [NVCC FLAGS...]: ci/probes/NAME_facts.cu built and run, when PROBES
   # names it.
   run_probe() {
@@ -477,6 +473,7 @@ if has probe; then
     run "probe-$name-build" nvcc -O2 -std=c++17 -o "$binary" "ci/probes/${name}_facts.cu" "$@" \
       && run "probe-$name" timeout "$seconds" "$binary"
   }
+  run_probe pointer 90 -lcuda
   run_probe managed 60
   # The destroy step may never return (that is one answer it can give): a timeout is a fact
   # logged, not a failed stage.
