@@ -476,7 +476,7 @@ cdef class AsyncManagedMR(_PoolResource):
         adopted, where = _managed_options(device, pool, location, release_threshold,
                                           accessible_from, reserve, cache, prefetch, discard, &o)
         self._prepare(adopted)
-        if where is not None:  # "device" may ask which device is current: after the checks
+        if where is not None and not o.prefetch.has_value():  # "device", for the current device
             o.prefetch = optional[location_t](target_location(where, o.device))
         self._adopt_pool()
         self.c_obj = make_resource[async_managed_memory_resource, resource_options](
